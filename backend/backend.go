@@ -1,0 +1,129 @@
+// Package backend defines what a sandbox backend is: the small interface that
+// boots an isolated environment with the Tupper agent inside it, a registry
+// that backends join by name, and the optional abilities a backend may add.
+//
+// The engine only ever sees these interfaces; it never imports a concrete
+// backend. A backend package registers itself in an init function, so a
+// program links the backends it wants with blank imports:
+//
+//	import _ "github.com/lightbearco/tupper/backend/gvisor"
+package backend
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// AgentPort is the TCP port the agent listens on inside every sandbox. It is
+// the envd port of the E2B protocol.
+const AgentPort = 49983
+
+// AgentMountDir is the directory inside the sandbox where backends mount the
+// agent binary, read-only.
+const AgentMountDir = "/.tupper"
+
+// Backend boots and stops sandboxes. Implementations must be safe for
+// concurrent use. A sandbox's life is never tied to the ctx of a call: ctx
+// bounds only the call itself.
+type Backend interface {
+	// Start boots the sandbox described by spec, with the agent running as
+	// its first process, and returns how to reach it. Start returns once
+	// the sandbox process runs; the caller waits for the agent to answer.
+	// A failed Start leaves nothing behind. Starting an id that the
+	// backend already holds fails with errdefs.ErrAlreadyExists.
+	Start(ctx context.Context, spec *Spec) (*Sandbox, error)
+
+	// State reports the state of sandbox id. It fails with
+	// errdefs.ErrNotFound when the backend holds nothing for id.
+	State(ctx context.Context, id string) (State, error)
+
+	// Stop kills sandbox id and removes everything the backend made for
+	// it: processes, mounts, cgroups, namespaces, interfaces and state
+	// files. Stop is idempotent: stopping an id the backend holds nothing
+	// for returns nil.
+	Stop(ctx context.Context, id string) error
+
+	// List returns the ids of every sandbox the backend holds anything
+	// for, running or not, including leftovers of an earlier process that
+	// crashed. The engine stops those it has no record of.
+	List(ctx context.Context) ([]string, error)
+}
+
+// Spec describes a sandbox to boot.
+type Spec struct {
+	// ID names the sandbox: 1 to 40 characters of [a-z0-9-].
+	ID string
+	// RootFS is the host path of the unpacked image. It is shared by every
+	// sandbox of that image and must never be written: backends give each
+	// sandbox a copy-on-write view of it.
+	RootFS string
+	// Env is the environment of the agent, KEY=VALUE; the agent passes it
+	// on to the processes it starts.
+	Env []string
+	// Hostname is the sandbox's host name; empty means the ID.
+	Hostname string
+	// Agent is the agent binary and its arguments.
+	Agent Agent
+	// Resources are the sandbox's limits.
+	Resources Resources
+	// Labels are opaque key/values a backend may record for debugging.
+	Labels map[string]string
+}
+
+// Agent says which agent binary to run and how.
+type Agent struct {
+	// Path is the host path of the static agent binary. Backends mount it
+	// read-only at AgentMountDir inside the sandbox.
+	Path string
+	// Args are the agent's arguments (not including argv[0]).
+	Args []string
+}
+
+// Resources are a sandbox's limits. A zero field means the backend's default.
+type Resources struct {
+	// CPUs is the CPU quota in cores (0.5 is half a core).
+	CPUs float64
+	// MemoryBytes is the memory limit; the sandbox is OOM-killed inside
+	// above it.
+	MemoryBytes int64
+	// Pids is the largest number of processes and threads.
+	Pids int64
+}
+
+// Sandbox is what a backend reports about a sandbox it started. The engine
+// stores it and gives it back to the backend after a restart.
+type Sandbox struct {
+	ID string
+	// AgentAddr is the host:port at which the engine reaches the agent.
+	AgentAddr string
+	// Pid is the host pid of the sandbox's root process, for diagnostics.
+	Pid int
+	// StartedAt is when the sandbox was started.
+	StartedAt time.Time
+}
+
+// State is the state of a sandbox as its backend sees it.
+type State string
+
+const (
+	// StateRunning means the sandbox runs and its agent can be reached.
+	StateRunning State = "running"
+	// StatePaused means the sandbox is frozen and may be resumed.
+	StatePaused State = "paused"
+	// StateStopped means the sandbox has exited (or crashed) but its
+	// resources are still held until Stop.
+	StateStopped State = "stopped"
+)
+
+// Config is what the registry passes a backend's Factory.
+type Config struct {
+	// Root is a directory the backend owns for its state. Two backends
+	// must never share one. Leftovers found here after a crash are
+	// reported by List.
+	Root string
+	// Logger receives the backend's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Options are backend-specific settings, documented by each backend.
+	Options map[string]string
+}

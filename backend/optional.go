@@ -1,0 +1,32 @@
+package backend
+
+import "context"
+
+// Pauser is a backend that can freeze a sandbox and thaw it again. Without
+// it, the engine answers pause requests with errdefs.ErrNotSupported.
+type Pauser interface {
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+}
+
+// Checkpointer is a backend that can save a sandbox's whole state (memory,
+// processes, files) to dir and later restore it, possibly after the host
+// restarted. Without it, paused sandboxes do not survive a host restart.
+type Checkpointer interface {
+	Checkpoint(ctx context.Context, id, dir string) error
+	Restore(ctx context.Context, spec *Spec, dir string) (*Sandbox, error)
+}
+
+// Stats is a sandbox's resource use at one moment.
+type Stats struct {
+	CPUUsageNanos    uint64
+	MemoryUsageBytes uint64
+	MemoryLimitBytes uint64
+	Pids             uint64
+}
+
+// StatsReader is a backend that reports resource use from the host side.
+// Without it, the engine asks the agent inside the sandbox.
+type StatsReader interface {
+	Stats(ctx context.Context, id string) (*Stats, error)
+}

@@ -1,0 +1,211 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/engine/store"
+	"github.com/lightbearco/tupper/errdefs"
+)
+
+// CreateOptions describe a sandbox to create.
+type CreateOptions struct {
+	// Template names a template; empty means the configured default. A
+	// template is an image name in the image store.
+	Template string
+	// Image names an image directly instead of a template.
+	Image string
+	// Timeout is the time to live; zero means the default.
+	Timeout time.Duration
+	// Metadata are key/values to find the sandbox by.
+	Metadata map[string]string
+	// Env is the environment of every process in the sandbox.
+	Env map[string]string
+	// CPUs, MemoryMB and Pids are limits; zero means the default.
+	CPUs     float64
+	MemoryMB int
+	Pids     int64
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (o *CreateOptions) validate(cfg *Config) error {
+	if o.Template != "" && o.Image != "" {
+		return fmt.Errorf("create: name a template or an image, not both: %w", errdefs.ErrInvalidArgument)
+	}
+	if o.Timeout < 0 {
+		return fmt.Errorf("create: timeout %v is negative: %w", o.Timeout, errdefs.ErrInvalidArgument)
+	}
+	if o.Timeout > cfg.MaxTimeout {
+		return fmt.Errorf("create: timeout %v is above the maximum %v: %w", o.Timeout, cfg.MaxTimeout, errdefs.ErrInvalidArgument)
+	}
+	if o.CPUs < 0 || o.MemoryMB < 0 || o.Pids < 0 {
+		return fmt.Errorf("create: limits must not be negative: %w", errdefs.ErrInvalidArgument)
+	}
+	if o.MemoryMB != 0 && o.MemoryMB < 64 {
+		return fmt.Errorf("create: memory %d MB is below the 64 MB a sandbox needs: %w", o.MemoryMB, errdefs.ErrInvalidArgument)
+	}
+	for k := range o.Env {
+		if !envName.MatchString(k) {
+			return fmt.Errorf("create: environment variable name %q is not valid: %w", k, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// Create boots a sandbox and returns once its agent answers, so that the
+// caller can use it at once. A failed create leaves nothing behind.
+func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
+	if err := opts.validate(&e.cfg); err != nil {
+		return nil, err
+	}
+	ref, template := opts.Image, opts.Template
+	if ref == "" {
+		if template == "" {
+			template = e.cfg.DefaultTemplate
+		}
+		ref = template
+	}
+	img, err := e.cfg.Images.Resolve(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	timeout := opts.Timeout
+	if timeout == 0 {
+		timeout = e.cfg.DefaultTimeout
+	}
+	now := time.Now().UTC()
+	sb := &Sandbox{
+		ID: newID(), Backend: e.cfg.BackendName, TemplateID: template, ImageRef: ref, ImageID: img.ID,
+		State: store.StateCreating, Metadata: opts.Metadata, Env: opts.Env,
+		CPUs: orDefault(opts.CPUs, e.cfg.DefaultCPUs), MemoryMB: orDefault(opts.MemoryMB, e.cfg.DefaultMemoryMB),
+		AccessToken: newToken(), StartedAt: now, EndAt: now.Add(timeout),
+	}
+	if sb.TemplateID == "" {
+		sb.TemplateID = ref
+	}
+	log := e.log.With("sandbox", sb.ID, "op", "create")
+
+	// The record goes in first: if the engine crashes mid-create, the
+	// next start finds a "creating" record and cleans its leftovers.
+	if err := e.store.Put(ctx, sb); err != nil {
+		return nil, err
+	}
+	spec := &backend.Spec{
+		ID:        sb.ID,
+		RootFS:    img.RootFS,
+		Env:       sandboxEnv(img.Config.Env, opts.Env, sb.AccessToken),
+		Agent:     backend.Agent{Path: e.cfg.AgentPath, Args: []string{"--addr", fmt.Sprintf(":%d", backend.AgentPort)}},
+		Resources: backend.Resources{CPUs: sb.CPUs, MemoryBytes: int64(sb.MemoryMB) << 20, Pids: orDefault(opts.Pids, e.cfg.DefaultPids)},
+		Labels:    map[string]string{"template": sb.TemplateID},
+	}
+	// Booting is the engine's business, not the caller's: a caller that
+	// goes away mid-boot must not leave a half-made sandbox, so the boot
+	// runs on the engine's context, bounded by BootTimeout.
+	bootCtx, cancel := context.WithTimeout(e.bg, e.cfg.BootTimeout)
+	defer cancel()
+	started, err := e.cfg.Backend.Start(bootCtx, spec)
+	if err == nil {
+		sb.AgentAddr, sb.Pid = started.AgentAddr, started.Pid
+		err = e.waitAgent(bootCtx, sb)
+	}
+	if err == nil {
+		sb.State = store.StateRunning
+		err = e.store.Put(bootCtx, sb)
+	}
+	if err != nil {
+		log.Error("create failed", "err", err)
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if serr := e.cfg.Backend.Stop(stopCtx, sb.ID); serr != nil {
+			log.Error("clean up failed create", "err", serr)
+		}
+		if derr := e.store.Delete(stopCtx, sb.ID); derr != nil {
+			log.Error("delete record of failed create", "err", derr)
+		}
+		return nil, fmt.Errorf("create sandbox from %q: %w", ref, err)
+	}
+	if !e.track(sb) {
+		// The engine closed while we booted: leave the sandbox running,
+		// as Close promises; the next engine re-attaches to it.
+		return nil, fmt.Errorf("create: engine is closed: %w", errdefs.ErrUnavailable)
+	}
+	log.Info("sandbox created", "template", sb.TemplateID, "addr", sb.AgentAddr, "took", time.Since(now))
+	return sb, nil
+}
+
+// waitAgent polls the agent's /health until it answers 204, failing early
+// when the backend says the sandbox is gone.
+func (e *Engine) waitAgent(ctx context.Context, sb *Sandbox) error {
+	url := "http://" + sb.AgentAddr + "/health"
+	delay := 2 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := e.http.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return nil
+			}
+		}
+		if attempt%10 == 9 {
+			if st, serr := e.cfg.Backend.State(ctx, sb.ID); serr != nil || st != backend.StateRunning {
+				return fmt.Errorf("sandbox %q stopped while booting (state %q, %v): %w", sb.ID, st, serr, errdefs.ErrUnavailable)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox %q: agent at %s did not answer in time (last error: %v): %w", sb.ID, sb.AgentAddr, err, errdefs.ErrDeadlineExceeded)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 50*time.Millisecond)
+	}
+}
+
+// sandboxEnv builds the agent's environment: the image's, then the
+// create's, then the access token, which the agent reads and removes
+// before starting any process.
+func sandboxEnv(imageEnv []string, env map[string]string, token string) []string {
+	out := slices.Clone(imageEnv)
+	if !slices.ContainsFunc(out, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
+		out = append(out, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return append(out, "TUPPER_ACCESS_TOKEN="+token)
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// newID returns a sandbox id shaped like E2B's: 20 characters of [a-z0-9].
+func newID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 20)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}
+
+func newToken() string {
+	b := make([]byte, 24)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

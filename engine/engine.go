@@ -1,0 +1,224 @@
+// Package engine owns the lives of sandboxes: it creates them through a
+// backend, records them in the store, kills them when their time is up, and
+// after a restart re-attaches to the ones still running and cleans up the
+// rest.
+//
+// A sandbox's life belongs to the Engine, never to the context of the call
+// that created it: contexts passed to Engine methods bound only that call.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/engine/store"
+	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/image"
+)
+
+// Sandbox is a sandbox's record as the engine keeps it.
+type Sandbox = store.Sandbox
+
+// Images resolves template and image names to unpacked images.
+// *image.Store implements it.
+type Images interface {
+	Resolve(ctx context.Context, name string) (*image.Image, error)
+}
+
+// Config configures an Engine.
+type Config struct {
+	// Root is the engine's state directory: the database and lock live here.
+	Root string
+	// Backend boots sandboxes; BackendName is the name it is recorded
+	// under (for example "gvisor").
+	Backend     backend.Backend
+	BackendName string
+	// Images resolves templates and images.
+	Images Images
+	// AgentPath is the host path of the static tupper-agent binary.
+	AgentPath string
+
+	// DefaultTemplate is used when a create names neither template nor
+	// image; empty means "base".
+	DefaultTemplate string
+	// DefaultTimeout is a sandbox's time to live when a create names none;
+	// zero means 5 minutes, as in E2B.
+	DefaultTimeout time.Duration
+	// MaxTimeout caps any time to live; zero means 24 hours.
+	MaxTimeout time.Duration
+	// DefaultCPUs, DefaultMemoryMB and DefaultPids are the limits when a
+	// create names none; zeros mean 1 CPU, 1024 MB and 4096 pids.
+	DefaultCPUs     float64
+	DefaultMemoryMB int
+	DefaultPids     int64
+	// BootTimeout bounds how long a create waits for the agent to
+	// answer; zero means 30 seconds.
+	BootTimeout time.Duration
+
+	// Logger receives the engine's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate fills defaults and checks the configuration.
+func (c *Config) Validate() error {
+	switch {
+	case c.Root == "":
+		return fmt.Errorf("engine: Root is required: %w", errdefs.ErrInvalidArgument)
+	case c.Backend == nil:
+		return fmt.Errorf("engine: Backend is required: %w", errdefs.ErrInvalidArgument)
+	case c.Images == nil:
+		return fmt.Errorf("engine: Images is required: %w", errdefs.ErrInvalidArgument)
+	case c.AgentPath == "":
+		return fmt.Errorf("engine: AgentPath is required: %w", errdefs.ErrInvalidArgument)
+	}
+	if _, err := os.Stat(c.AgentPath); err != nil {
+		return fmt.Errorf("engine: agent binary: %w (build it with `make build` or set TUPPER_AGENT)", err)
+	}
+	if c.BackendName == "" {
+		c.BackendName = "unknown"
+	}
+	if c.DefaultTemplate == "" {
+		c.DefaultTemplate = "base"
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = 5 * time.Minute
+	}
+	if c.MaxTimeout == 0 {
+		c.MaxTimeout = 24 * time.Hour
+	}
+	if c.DefaultCPUs == 0 {
+		c.DefaultCPUs = 1
+	}
+	if c.DefaultMemoryMB == 0 {
+		c.DefaultMemoryMB = 1024
+	}
+	if c.DefaultPids == 0 {
+		c.DefaultPids = 4096
+	}
+	if c.BootTimeout == 0 {
+		c.BootTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Engine manages sandboxes. It is safe for concurrent use.
+type Engine struct {
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+	lock  *os.File
+	http  *http.Client
+
+	mu sync.Mutex
+	// live holds the sandboxes the engine runs; an id leaves it exactly
+	// once, under mu, which makes kills and expiries race-free.
+	live   map[string]*liveSandbox
+	closed bool
+	// bg bounds the work the engine starts on its own (timeouts); Close
+	// cancels it and waits.
+	bg     context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type liveSandbox struct {
+	timer *time.Timer
+}
+
+// New opens the engine's state under cfg.Root, re-attaches to the
+// sandboxes that still run, and cleans up what crashed or leaked.
+func New(ctx context.Context, cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
+		return nil, fmt.Errorf("engine root %s: %w", cfg.Root, err)
+	}
+	lock, err := lockRoot(cfg.Root)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(filepath.Join(cfg.Root, "tupper.db"))
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	e := &Engine{
+		cfg: cfg, log: cfg.Logger.With("backend", cfg.BackendName), store: st, lock: lock,
+		http: &http.Client{Timeout: 2 * time.Second},
+		live: map[string]*liveSandbox{}, bg: bg, cancel: cancel,
+	}
+	if err := e.recover(ctx); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// lockRoot takes an exclusive lock on root so that two engines never manage
+// the same sandboxes.
+func lockRoot(root string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(root, "engine.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("engine lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("engine root %s is in use by another tupper process (stop it, or use another state directory): %w", root, errdefs.ErrUnavailable)
+	}
+	return f, nil
+}
+
+// Close stops the engine's timers and closes its state. Sandboxes keep
+// running: a new Engine on the same Root re-attaches to them. Use KillAll
+// first to stop them.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	for _, l := range e.live {
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+	}
+	e.mu.Unlock()
+	e.cancel()
+	e.wg.Wait()
+	err := e.store.Close()
+	e.lock.Close()
+	return err
+}
+
+// KillAll kills every sandbox the engine runs.
+func (e *Engine) KillAll(ctx context.Context) error {
+	e.mu.Lock()
+	ids := make([]string, 0, len(e.live))
+	for id := range e.live {
+		ids = append(ids, id)
+	}
+	e.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		if err := e.Kill(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,244 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/engine/store"
+	"github.com/lightbearco/tupper/errdefs"
+)
+
+// track starts enforcing a running sandbox's time to live. It reports false
+// when the engine is closed.
+func (e *Engine) track(sb *Sandbox) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	id := sb.ID
+	e.live[id] = &liveSandbox{timer: time.AfterFunc(time.Until(sb.EndAt), func() { e.expire(id) })}
+	return true
+}
+
+// expire kills a sandbox whose time is up.
+func (e *Engine) expire(id string) {
+	e.wg.Add(1)
+	defer e.wg.Done()
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return
+	}
+	// The timer may have fired just before a SetTimeout moved EndAt on.
+	sb, err := e.store.Get(e.bg, id)
+	if err != nil {
+		return
+	}
+	if left := time.Until(sb.EndAt); left > 0 {
+		e.mu.Lock()
+		if l, ok := e.live[id]; ok && !e.closed {
+			l.timer.Reset(left)
+		}
+		e.mu.Unlock()
+		return
+	}
+	if err := e.kill(e.bg, id, "timeout"); err != nil && !errdefs.IsNotFound(err) {
+		e.log.Error("kill expired sandbox", "sandbox", id, "err", err)
+	}
+}
+
+// Get returns a live sandbox's record.
+func (e *Engine) Get(ctx context.Context, id string) (*Sandbox, error) {
+	sb, err := e.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == store.StateKilled || sb.State == store.StateCreating {
+		return nil, fmt.Errorf("sandbox %q: %w (it was %s)", id, errdefs.ErrNotFound, describeGone(sb))
+	}
+	return sb, nil
+}
+
+func describeGone(sb *Sandbox) string {
+	if sb.State == store.StateCreating {
+		return "still being created"
+	}
+	return "killed: " + sb.KillReason
+}
+
+// ListOptions filter a listing.
+type ListOptions struct {
+	// States keeps sandboxes in these states; empty means running and
+	// paused. Pass store.StateKilled to see killed sandboxes.
+	States []string
+	// Metadata keeps sandboxes whose metadata hold all these pairs.
+	Metadata map[string]string
+	// Limit is the page size; zero means all.
+	Limit int
+	// NextToken continues an earlier listing.
+	NextToken string
+}
+
+// List returns sandboxes matching opts and a token for the next page.
+func (e *Engine) List(ctx context.Context, opts ListOptions) ([]*Sandbox, string, error) {
+	states := opts.States
+	if len(states) == 0 {
+		states = []string{store.StateRunning, store.StatePaused}
+	}
+	return e.store.List(ctx, store.Query{States: states, Metadata: opts.Metadata, Limit: opts.Limit, After: opts.NextToken})
+}
+
+// Connect returns a running sandbox; a positive timeout also sets its time
+// to live from now, as E2B's connect does, though never shortens it.
+func (e *Engine) Connect(ctx context.Context, id string, timeout time.Duration) (*Sandbox, error) {
+	sb, err := e.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if timeout > 0 && time.Now().Add(timeout).After(sb.EndAt) {
+		if err := e.SetTimeout(ctx, id, timeout); err != nil {
+			return nil, err
+		}
+		return e.Get(ctx, id)
+	}
+	return sb, nil
+}
+
+// SetTimeout makes sandbox id live for timeout from now.
+func (e *Engine) SetTimeout(ctx context.Context, id string, timeout time.Duration) error {
+	if timeout <= 0 || timeout > e.cfg.MaxTimeout {
+		return fmt.Errorf("sandbox %q: timeout %v must be above 0 and at most %v: %w", id, timeout, e.cfg.MaxTimeout, errdefs.ErrInvalidArgument)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l, ok := e.live[id]
+	if !ok {
+		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	sb, err := e.store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	sb.EndAt = time.Now().UTC().Add(timeout)
+	if err := e.store.Put(ctx, sb); err != nil {
+		return err
+	}
+	l.timer.Reset(timeout)
+	return nil
+}
+
+// Kill stops sandbox id and removes everything it held. Killing an unknown
+// or already killed sandbox fails with errdefs.ErrNotFound.
+func (e *Engine) Kill(ctx context.Context, id string) error {
+	return e.kill(ctx, id, "killed by request")
+}
+
+func (e *Engine) kill(ctx context.Context, id, reason string) error {
+	e.mu.Lock()
+	l, ok := e.live[id]
+	if ok {
+		delete(e.live, id)
+		l.timer.Stop()
+	}
+	e.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	// Stopping must finish even when the caller gives up: a half-stopped
+	// sandbox is worse than a slow answer.
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := e.cfg.Backend.Stop(stopCtx, id); err != nil {
+		// Keep tracking it so that a retry, or the next start, cleans up.
+		e.mu.Lock()
+		e.live[id] = l
+		e.mu.Unlock()
+		return fmt.Errorf("sandbox %q: stop: %w", id, err)
+	}
+	e.markKilled(stopCtx, id, reason)
+	return nil
+}
+
+func (e *Engine) markKilled(ctx context.Context, id, reason string) {
+	sb, err := e.store.Get(ctx, id)
+	if err != nil {
+		return
+	}
+	sb.State, sb.KilledAt, sb.KillReason = store.StateKilled, time.Now().UTC(), reason
+	if err := e.store.Put(ctx, sb); err != nil {
+		e.log.Error("record kill", "sandbox", id, "err", err)
+	}
+	e.log.Info("sandbox killed", "sandbox", id, "reason", reason)
+}
+
+// recover re-attaches to the sandboxes the store says run and the backend
+// confirms, marks the others killed, and stops whatever the backend holds
+// that no live record explains.
+func (e *Engine) recover(ctx context.Context) error {
+	recs, _, err := e.store.List(ctx, store.Query{States: []string{store.StateCreating, store.StateRunning, store.StatePaused}})
+	if err != nil {
+		return err
+	}
+	for _, sb := range recs {
+		log := e.log.With("sandbox", sb.ID, "op", "recover")
+		if sb.State == store.StateCreating {
+			// A create that never finished: its caller got no answer.
+			e.cleanup(ctx, sb.ID)
+			e.store.Delete(ctx, sb.ID)
+			log.Info("removed half-created sandbox")
+			continue
+		}
+		st, err := e.cfg.Backend.State(ctx, sb.ID)
+		if err != nil || st == backend.StateStopped {
+			e.cleanup(ctx, sb.ID)
+			e.markKilled(ctx, sb.ID, "its sandbox process died while the engine was down")
+			log.Warn("sandbox died while the engine was down", "state", st, "err", err)
+			continue
+		}
+		e.track(sb)
+		if time.Now().After(sb.EndAt) {
+			log.Info("sandbox expired while the engine was down")
+		}
+		log.Info("re-attached to sandbox", "ends", sb.EndAt)
+	}
+	held, err := e.cfg.Backend.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list backend sandboxes: %w", err)
+	}
+	e.mu.Lock()
+	var orphans []string
+	for _, id := range held {
+		if _, ok := e.live[id]; !ok {
+			orphans = append(orphans, id)
+		}
+	}
+	e.mu.Unlock()
+	for _, id := range orphans {
+		e.log.Warn("stopping leftover sandbox", "sandbox", id)
+		e.cleanup(ctx, id)
+	}
+	return nil
+}
+
+func (e *Engine) cleanup(ctx context.Context, id string) {
+	if err := e.cfg.Backend.Stop(ctx, id); err != nil {
+		e.log.Error("clean up sandbox", "sandbox", id, "err", err)
+	}
+}
+
+// Running returns the ids of the sandboxes the engine runs, sorted.
+func (e *Engine) Running() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ids := make([]string, 0, len(e.live))
+	for id := range e.live {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}

@@ -1,0 +1,127 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/lightbearco/tupper/errdefs"
+)
+
+func openTemp(t *testing.T) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tupper.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, path
+}
+
+func TestPutGetSurvivesReopen(t *testing.T) {
+	ctx := context.Background()
+	s, path := openTemp(t)
+	start := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	want := &Sandbox{
+		ID: "abc", Backend: "gvisor", TemplateID: "base", State: StateRunning,
+		Metadata: map[string]string{"owner": "me"}, Env: map[string]string{"A": "1"},
+		CPUs: 1, MemoryMB: 512, AgentAddr: "10.213.0.2:49983", AccessToken: "tok",
+		StartedAt: start, EndAt: start.Add(time.Minute),
+	}
+	if err := s.Put(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	got, err := s2.Get(ctx, "abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("record after reopen (-want +got):\n%s", d)
+	}
+}
+
+func TestGetMissing(t *testing.T) {
+	s, _ := openTemp(t)
+	_, err := s.Get(context.Background(), "nope")
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("Get(missing) = %v, want ErrNotFound", err)
+	}
+	if err := s.Delete(context.Background(), "nope"); err != nil {
+		t.Fatalf("Delete(missing) = %v, want nil", err)
+	}
+}
+
+func TestListFiltersAndPages(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t)
+	base := time.Now()
+	for i := range 7 {
+		sb := &Sandbox{
+			ID: fmt.Sprintf("sb%d", i), State: StateRunning,
+			Metadata:  map[string]string{"team": []string{"a", "b"}[i%2]},
+			StartedAt: base.Add(time.Duration(i) * time.Second),
+		}
+		if i == 6 {
+			sb.State = StateKilled
+		}
+		if err := s.Put(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name  string
+		q     Query
+		pages [][]string
+	}{
+		{"all", Query{}, [][]string{{"sb0", "sb1", "sb2", "sb3", "sb4", "sb5", "sb6"}}},
+		{"running only", Query{States: []string{StateRunning}}, [][]string{{"sb0", "sb1", "sb2", "sb3", "sb4", "sb5"}}},
+		{"metadata", Query{Metadata: map[string]string{"team": "a"}, States: []string{StateRunning}}, [][]string{{"sb0", "sb2", "sb4"}}},
+		{"pages of 2", Query{Limit: 2, Metadata: map[string]string{"team": "a"}}, [][]string{{"sb0", "sb2"}, {"sb4", "sb6"}}},
+		{"pages of 3", Query{Limit: 3}, [][]string{{"sb0", "sb1", "sb2"}, {"sb3", "sb4", "sb5"}, {"sb6"}}},
+		{"no match", Query{Metadata: map[string]string{"team": "z"}}, [][]string{nil}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got [][]string
+			q := tt.q
+			for {
+				page, next, err := s.List(ctx, q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ids []string
+				for _, sb := range page {
+					ids = append(ids, sb.ID)
+				}
+				got = append(got, ids)
+				if next == "" {
+					break
+				}
+				q.After = next
+			}
+			if d := cmp.Diff(tt.pages, got); d != "" {
+				t.Errorf("pages (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestListBadToken(t *testing.T) {
+	s, _ := openTemp(t)
+	_, _, err := s.List(context.Background(), Query{After: "%%%"})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("List(bad token) = %v, want ErrInvalidArgument", err)
+	}
+}

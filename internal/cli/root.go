@@ -1,0 +1,84 @@
+// Package cli holds the tupper command's cobra commands, one file per noun
+// or verb. Each command has an options struct and a run function that tests
+// call without flags.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lightbearco/tupper/local"
+)
+
+// exitError carries a process exit code out of a command without printing
+// anything more.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// globals are the flags every command shares.
+type globals struct {
+	root    string
+	backend string
+	verbose bool
+	stdin   io.Reader
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+func (g *globals) logger() *slog.Logger {
+	level := slog.LevelWarn
+	if g.verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// openLocal opens an in-process Tupper runtime with the global flags.
+func (g *globals) openLocal(ctx context.Context) (*local.Runtime, error) {
+	return local.Open(ctx, local.Config{Root: g.root, Backend: g.backend, Logger: g.logger()})
+}
+
+// Main runs the tupper command line and returns its exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	g := &globals{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := newRoot(g)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "tupper:", err)
+	return 1
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "tupper",
+		Short:         "Run untrusted code in disposable sandboxes on your own machine",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.root, "root", "", "state directory (default $TUPPER_ROOT or "+local.DefaultRoot+")")
+	root.PersistentFlags().StringVar(&g.backend, "backend", "", "sandbox backend (default gvisor)")
+	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log what happens")
+	root.AddCommand(newImageCmd(g), newRunCmd(g))
+	return root
+}

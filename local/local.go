@@ -1,0 +1,192 @@
+// Package local runs Tupper in-process: an image store, the default backend
+// and an engine, wired together and exposed as an sdk.Transport, so that the
+// Go SDK and the CLI can drive sandboxes without a daemon.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/lightbearco/tupper/backend"
+	_ "github.com/lightbearco/tupper/backend/gvisor" // the default backend on Linux
+	"github.com/lightbearco/tupper/engine"
+	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/image"
+	"github.com/lightbearco/tupper/proto"
+	"github.com/lightbearco/tupper/sdk"
+)
+
+// DefaultRoot is where Tupper keeps its state unless told otherwise.
+const DefaultRoot = "/var/lib/tupper"
+
+// Config configures a Runtime. The zero value is usable.
+type Config struct {
+	// Root is the state directory; empty means $TUPPER_ROOT, else DefaultRoot.
+	Root string
+	// Backend names the backend; empty means "gvisor".
+	Backend string
+	// BackendOptions are passed to the backend (see each backend's doc).
+	BackendOptions map[string]string
+	// AgentPath is the tupper-agent binary; empty means FindAgent().
+	AgentPath string
+	// Engine carries the engine's defaults (timeouts, limits); its Root,
+	// Backend, Images and AgentPath are filled in by Open.
+	Engine engine.Config
+	// Logger receives logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Runtime is an in-process Tupper. It implements sdk.Transport.
+type Runtime struct {
+	images *image.Store
+	engine *engine.Engine
+}
+
+var _ sdk.Transport = (*Runtime)(nil)
+
+// Open builds a Runtime: it opens the image store under Root/images, the
+// backend under Root/backends/<name> and the engine under Root/engine,
+// which re-attaches to sandboxes an earlier run left running.
+func Open(ctx context.Context, cfg Config) (*Runtime, error) {
+	if cfg.Root == "" {
+		cfg.Root = os.Getenv("TUPPER_ROOT")
+	}
+	if cfg.Root == "" {
+		cfg.Root = DefaultRoot
+	}
+	if cfg.Backend == "" {
+		cfg.Backend = "gvisor"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.AgentPath == "" {
+		p, err := FindAgent()
+		if err != nil {
+			return nil, err
+		}
+		cfg.AgentPath = p
+	}
+	images, err := image.Open(image.Config{Root: filepath.Join(cfg.Root, "images"), Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	be, err := backend.Open(cfg.Backend, backend.Config{
+		Root: filepath.Join(cfg.Root, "backends", cfg.Backend), Logger: cfg.Logger, Options: cfg.BackendOptions,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ecfg := cfg.Engine
+	ecfg.Root = filepath.Join(cfg.Root, "engine")
+	ecfg.Backend, ecfg.BackendName = be, cfg.Backend
+	ecfg.Images, ecfg.AgentPath, ecfg.Logger = images, cfg.AgentPath, cfg.Logger
+	eng, err := engine.New(ctx, ecfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Runtime{images: images, engine: eng}, nil
+}
+
+// FindAgent locates the tupper-agent binary: $TUPPER_AGENT, then beside
+// the running executable, then on PATH.
+func FindAgent() (string, error) {
+	if p := os.Getenv("TUPPER_AGENT"); p != "" {
+		return p, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "tupper-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("tupper-agent"); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("tupper-agent binary not found beside tupper, on PATH or in $TUPPER_AGENT (run `make build`): %w", errdefs.ErrNotFound)
+}
+
+// Images returns the runtime's image store.
+func (r *Runtime) Images() *image.Store { return r.images }
+
+// Engine returns the runtime's engine.
+func (r *Runtime) Engine() *engine.Engine { return r.engine }
+
+// Close closes the runtime; running sandboxes keep running (see
+// engine.Engine.Close).
+func (r *Runtime) Close() error { return errors.Join(r.engine.Close(), r.images.Close()) }
+
+// CreateSandbox implements sdk.Transport.
+func (r *Runtime) CreateSandbox(ctx context.Context, req sdk.CreateRequest) (*sdk.SandboxInfo, error) {
+	sb, err := r.engine.Create(ctx, engine.CreateOptions{
+		Template: req.Template, Image: req.Image, Timeout: req.Timeout, Metadata: req.Metadata,
+		Env: req.Env, CPUs: req.CPUs, MemoryMB: req.MemoryMB,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return info(sb), nil
+}
+
+// ConnectSandbox implements sdk.Transport.
+func (r *Runtime) ConnectSandbox(ctx context.Context, id string, timeout time.Duration) (*sdk.SandboxInfo, error) {
+	sb, err := r.engine.Connect(ctx, id, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return info(sb), nil
+}
+
+// ListSandboxes implements sdk.Transport.
+func (r *Runtime) ListSandboxes(ctx context.Context, q sdk.ListQuery) (*sdk.ListPage, error) {
+	sbs, next, err := r.engine.List(ctx, engine.ListOptions{States: q.States, Metadata: q.Metadata, Limit: q.Limit, NextToken: q.NextToken})
+	if err != nil {
+		return nil, err
+	}
+	page := &sdk.ListPage{NextToken: next}
+	for _, sb := range sbs {
+		page.Sandboxes = append(page.Sandboxes, *info(sb))
+	}
+	return page, nil
+}
+
+// GetSandbox implements sdk.Transport.
+func (r *Runtime) GetSandbox(ctx context.Context, id string) (*sdk.SandboxInfo, error) {
+	sb, err := r.engine.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return info(sb), nil
+}
+
+// SetTimeout implements sdk.Transport.
+func (r *Runtime) SetTimeout(ctx context.Context, id string, timeout time.Duration) error {
+	return r.engine.SetTimeout(ctx, id, timeout)
+}
+
+// KillSandbox implements sdk.Transport.
+func (r *Runtime) KillSandbox(ctx context.Context, id string) error { return r.engine.Kill(ctx, id) }
+
+// DataPlane implements sdk.Transport: in-process, the SDK talks straight to
+// the agent over the sandbox's veth.
+func (r *Runtime) DataPlane(ctx context.Context, id string) (*sdk.DataPlane, error) {
+	sb, err := r.engine.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &sdk.DataPlane{BaseURL: "http://" + sb.AgentAddr, AccessToken: sb.AccessToken}, nil
+}
+
+func info(sb *engine.Sandbox) *sdk.SandboxInfo {
+	return &sdk.SandboxInfo{
+		SandboxID: sb.ID, TemplateID: sb.TemplateID, Metadata: sb.Metadata, State: sb.State,
+		StartedAt: sb.StartedAt, EndAt: sb.EndAt, CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.MemoryMB,
+		EnvdVersion: proto.EnvdVersion, EnvdAccessToken: sb.AccessToken,
+	}
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs and builds everything Tupper needs on a fresh Debian machine, and
+# caches it: a second run takes seconds. Needs root (it installs packages
+# and, later, runs sandboxes).
+#
+#   scripts/setup.sh          install dependencies and build bin/tupper, bin/tupper-agent
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237
+CACHE="${TUPPER_CACHE:-$HOME/.cache/tupper}"
+mkdir -p "$CACHE/bin"
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+if [ "$(id -u)" != 0 ]; then
+  echo "setup: Tupper runs sandboxes as root; run this as root (sudo $0)" >&2
+  exit 1
+fi
+
+# Debian packages: mmdebstrap builds images, iproute2 and iptables wire
+# sandbox networks, busybox-static makes tiny test images.
+need=()
+for pkg in mmdebstrap iproute2 iptables busybox-static ca-certificates; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  say "installing Debian packages: ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# gVisor's runsc, built from the Go module proxy at a pinned version. A cgo
+# build fails at sandbox start, so CGO_ENABLED=0 is required.
+if [ "$(cat "$CACHE/bin/runsc.version" 2>/dev/null)" != "$RUNSC_VERSION" ] || [ ! -x "$CACHE/bin/runsc" ]; then
+  say "building runsc $RUNSC_VERSION (about 3 minutes the first time)"
+  CGO_ENABLED=0 GOBIN="$CACHE/bin" go install "gvisor.dev/gvisor/runsc@$RUNSC_VERSION"
+  echo "$RUNSC_VERSION" > "$CACHE/bin/runsc.version"
+fi
+if ! cmp -s "$CACHE/bin/runsc" /usr/local/bin/runsc 2>/dev/null; then
+  install -m 0755 "$CACHE/bin/runsc" /usr/local/bin/runsc
+fi
+
+say "building bin/tupper and bin/tupper-agent"
+mkdir -p bin
+CGO_ENABLED=0 go build -trimpath -o bin/tupper ./cmd/tupper
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/tupper-agent ./cmd/tupper-agent

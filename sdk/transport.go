@@ -1,0 +1,95 @@
+package sdk
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// Transport is how a Client reaches Tupper: the control-plane calls that
+// create and manage sandboxes, and the way to each sandbox's agent (the data
+// plane). The in-process engine (package local) and the HTTP client of a
+// remote `tupper serve` both implement it. Implementations must be safe for
+// concurrent use and must report errors wrapping the errdefs classes.
+type Transport interface {
+	CreateSandbox(ctx context.Context, req CreateRequest) (*SandboxInfo, error)
+	// ConnectSandbox returns a running sandbox; timeout > 0 also resets
+	// its time to live, as E2B's connect does.
+	ConnectSandbox(ctx context.Context, id string, timeout time.Duration) (*SandboxInfo, error)
+	ListSandboxes(ctx context.Context, q ListQuery) (*ListPage, error)
+	GetSandbox(ctx context.Context, id string) (*SandboxInfo, error)
+	SetTimeout(ctx context.Context, id string, timeout time.Duration) error
+	KillSandbox(ctx context.Context, id string) error
+	// DataPlane tells how to reach the agent of sandbox id.
+	DataPlane(ctx context.Context, id string) (*DataPlane, error)
+}
+
+// DataPlane says how to reach one sandbox's agent, which speaks the envd
+// protocol (Connect RPC for processes and the filesystem, plain HTTP for
+// /files).
+type DataPlane struct {
+	// BaseURL is the agent's URL, for example http://10.213.0.6:49983.
+	BaseURL string
+	// Client carries the requests; nil means http.DefaultClient.
+	Client *http.Client
+	// Header is added to every request (routing headers, access token).
+	Header http.Header
+	// AccessToken signs /files URLs; empty when the sandbox has none.
+	AccessToken string
+}
+
+// CreateRequest describes a sandbox to create.
+type CreateRequest struct {
+	// Template names a template (an image alias); empty means "base".
+	Template string
+	// Image names an image reference directly, instead of a template.
+	Image string
+	// Timeout is how long the sandbox lives before it is killed; 0 means
+	// the server's default.
+	Timeout time.Duration
+	// Metadata are key/values to find the sandbox by.
+	Metadata map[string]string
+	// Env is the environment of every command in the sandbox.
+	Env map[string]string
+	// CPUs and MemoryMB are the sandbox's limits; 0 means the default.
+	CPUs     float64
+	MemoryMB int
+}
+
+// ListQuery filters a listing of sandboxes.
+type ListQuery struct {
+	// Metadata keeps the sandboxes whose metadata hold all these pairs.
+	Metadata map[string]string
+	// States keeps sandboxes in these states ("running", "paused"); empty
+	// means all.
+	States []string
+	// Limit is the page size; 0 means the server's default.
+	Limit int
+	// NextToken continues an earlier listing.
+	NextToken string
+}
+
+// ListPage is one page of a listing.
+type ListPage struct {
+	Sandboxes []SandboxInfo
+	// NextToken is non-empty when there are more sandboxes.
+	NextToken string
+}
+
+// SandboxInfo describes a sandbox.
+type SandboxInfo struct {
+	SandboxID   string
+	TemplateID  string
+	Alias       string
+	Metadata    map[string]string
+	State       string
+	StartedAt   time.Time
+	EndAt       time.Time
+	CPUCount    int
+	MemoryMB    int
+	DiskSizeMB  int
+	EnvdVersion string
+	// EnvdAccessToken is the token data-plane calls must carry; empty when
+	// the sandbox has none.
+	EnvdAccessToken string
+}
