@@ -1,0 +1,38 @@
+package filesystem
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+
+	fspb "github.com/lightbearco/tupper/proto/filesystem"
+)
+
+// CreateWatcher starts a polling watch, the non-streaming twin of WatchDir
+// that the Python sync client uses, and returns its id. Changes made once it
+// returns are buffered until GetWatcherEvents collects them; the buffer
+// holds Config.MaxWatcherEvents events and drops the oldest beyond that. The
+// watch lives until RemoveWatcher, or until its directory is removed.
+func (s *Service) CreateWatcher(ctx context.Context, req *connect.Request[fspb.CreateWatcherRequest]) (*connect.Response[fspb.CreateWatcherResponse], error) {
+	_, p, err := s.resolve(req, req.Msg.GetPath())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	w, err := startWatch(watchOptions{
+		path:         p,
+		recursive:    req.Msg.GetRecursive(),
+		includeEntry: req.Msg.GetIncludeEntry(),
+		allowNetwork: req.Msg.GetAllowNetworkMounts(),
+	}, s.log)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	id := uuid.NewString()
+	pw := startPolling(w, s.cfg.MaxWatcherEvents, s.log)
+	s.mu.Lock()
+	s.watchers[id] = pw
+	s.mu.Unlock()
+	s.log.Debug("watcher created", "watcher", id, "path", p)
+	return connect.NewResponse(&fspb.CreateWatcherResponse{WatcherId: id}), nil
+}

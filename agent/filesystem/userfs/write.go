@@ -1,0 +1,181 @@
+package userfs
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/lightbearco/tupper/agent/identity"
+	"github.com/lightbearco/tupper/errdefs"
+)
+
+// FileMode is the permission of files created for a user, the usual 0644 of
+// a 022 umask. A file that is overwritten keeps its permission instead.
+const FileMode = 0o644
+
+// tempPrefix starts the name of every file WriteFile is still writing. The
+// name carries no part of the target's name, so it stays short whatever the
+// target's length (NAME_MAX is 255 bytes).
+const tempPrefix = ".tupper-upload-"
+
+// copyBufferSize is the chunk WriteFile moves from the reader to the disk:
+// large enough for few syscalls, small enough that concurrent uploads cost
+// little memory.
+const copyBufferSize = 256 << 10
+
+// IsTempName reports whether a file's base name is that of a file WriteFile
+// is still writing. Watchers use it to hide those files from clients, who
+// see the finished file appear instead.
+func IsTempName(name string) bool { return strings.HasPrefix(name, tempPrefix) }
+
+// ReadError is a failure of the reader WriteFile copies from, as opposed to
+// a failure of the disk: for an upload it means the request body was cut
+// short or malformed.
+type ReadError struct{ Err error }
+
+func (e *ReadError) Error() string { return "read upload: " + e.Err.Error() }
+func (e *ReadError) Unwrap() error { return e.Err }
+
+// WriteFile writes everything r yields to path on behalf of u and returns the
+// number of bytes written. It streams: memory use does not grow with the size
+// of the data.
+//
+// The data goes to a temporary file in path's directory, which is synced and
+// renamed over path only once r is exhausted, so a failed write (a reader
+// error, a full disk) leaves no partial file and an existing file untouched.
+// Missing parent directories are created for u, the file is owned by u, and
+// an existing file's permission bits are kept. When path is a symbolic link
+// the file it points to is replaced, as writing through the link would.
+//
+// Errors carry errdefs classes: a directory at path is
+// errdefs.ErrInvalidArgument, a full disk errdefs.ErrResourceExhausted, and a
+// failure of r is a *ReadError.
+func WriteFile(path string, r io.Reader, u *identity.User) (n int64, err error) {
+	path, err = followLinks(path)
+	if err != nil {
+		return 0, err
+	}
+	mode := fs.FileMode(FileMode)
+	switch st, err := os.Stat(path); {
+	case err == nil && st.IsDir():
+		return 0, fmt.Errorf("write %s: path is a directory: %w", path, errdefs.ErrInvalidArgument)
+	case err == nil:
+		mode = st.Mode().Perm()
+	case !errors.Is(err, fs.ErrNotExist):
+		return 0, Classify(err)
+	}
+	dir := filepath.Dir(path)
+	if err := MkdirAll(dir, u); err != nil {
+		return 0, err
+	}
+
+	tmp, err := createTemp(dir)
+	if err != nil {
+		return 0, Classify(err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	// Ownership and mode go on before the data so the file is never visible
+	// under path with the wrong owner, even for an instant.
+	if err := tmp.Chown(int(u.UID), int(u.GID)); err != nil {
+		return 0, Classify(err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		return 0, Classify(err)
+	}
+	if n, err = copyTo(tmp, r); err != nil {
+		return n, err
+	}
+	// Sync before rename: otherwise a crash could leave the new name
+	// pointing at a file whose data never reached the disk. Sync and Close
+	// are also where some filesystems report a full disk.
+	if err := tmp.Sync(); err != nil {
+		return n, fmt.Errorf("write %s: %w", path, Classify(err))
+	}
+	if err := tmp.Close(); err != nil {
+		return n, fmt.Errorf("write %s: %w", path, Classify(err))
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return n, Classify(err)
+	}
+	committed = true
+	syncDir(dir)
+	return n, nil
+}
+
+// copyTo copies r to f with its own loop rather than io.Copy, so a failure
+// can be told apart: reading r (the client's fault) or writing f (the disk's).
+func copyTo(f *os.File, r io.Reader) (int64, error) {
+	buf := make([]byte, copyBufferSize)
+	var n int64
+	for {
+		m, rerr := r.Read(buf)
+		if m > 0 {
+			if _, werr := f.Write(buf[:m]); werr != nil {
+				return n, fmt.Errorf("write %s: %w", f.Name(), Classify(werr))
+			}
+			n += int64(m)
+		}
+		switch {
+		case rerr == io.EOF:
+			return n, nil
+		case rerr != nil:
+			return n, &ReadError{Err: rerr}
+		}
+	}
+}
+
+func createTemp(dir string) (*os.File, error) {
+	var b [8]byte
+	for range 10 {
+		rand.Read(b[:])
+		name := filepath.Join(dir, tempPrefix+hex.EncodeToString(b[:]))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return f, err
+	}
+	return nil, fmt.Errorf("create temporary file in %s: too many collisions", dir)
+}
+
+// followLinks resolves symbolic links at the last element of path, so that
+// WriteFile replaces a link's target rather than the link. A dangling link
+// resolves to the path it names, which is then created.
+func followLinks(path string) (string, error) {
+	for range 40 { // Linux's own limit on links followed in one lookup.
+		st, err := os.Lstat(path)
+		if err != nil || st.Mode()&fs.ModeSymlink == 0 {
+			return path, nil
+		}
+		target, err := os.Readlink(path)
+		if err != nil {
+			return "", Classify(err)
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		path = filepath.Clean(target)
+	}
+	return "", fmt.Errorf("write %s: too many levels of symbolic links: %w", path, errdefs.ErrInvalidArgument)
+}
+
+// syncDir makes a rename in dir durable. Failure only weakens crash safety
+// (some filesystems cannot sync directories), so it is ignored.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
