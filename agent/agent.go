@@ -61,7 +61,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	procs := process.New(process.Config{DefaultUser: cfg.DefaultUser, Env: cfg.Env, Logger: cfg.Logger})
+	procs, err := process.New(process.Config{DefaultUser: cfg.DefaultUser, Env: cfg.Env, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
 	path, h := processconnect.NewProcessHandler(procs, connect.WithCompressMinBytes(1<<20))
 	mux.Handle(path, h)
 	fs := filesystem.New(filesystem.Config{DefaultUser: cfg.DefaultUser, Logger: cfg.Logger})

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lightbearco/tupper/agent"
+	"github.com/lightbearco/tupper/agent/identity"
+	"github.com/lightbearco/tupper/agent/process"
+)
+
+// tokenEnv is how the engine hands the sandbox's access token to the agent.
+// The agent removes it from the environment the commands it runs inherit.
+const tokenEnv = "TUPPER_ACCESS_TOKEN"
+
+// Grace periods when the agent is asked to stop.
+const (
+	childGrace  = 5 * time.Second // for children to exit on the forwarded signal
+	serverGrace = 2 * time.Second // for open streams to deliver their end events
+)
+
+// options are the agent's command line.
+type options struct {
+	addr         string
+	user         string
+	tokenFile    string
+	noEnsureUser bool
+	version      bool
+	logOut       io.Writer
+}
+
+func parseFlags(args []string) (options, error) {
+	o := options{logOut: os.Stderr}
+	fs := flag.NewFlagSet("tupper-agent", flag.ContinueOnError)
+	fs.StringVar(&o.addr, "addr", ":49983", "listen address")
+	fs.StringVar(&o.user, "user", identity.DefaultUser, "user requests act as when they name none")
+	fs.StringVar(&o.tokenFile, "access-token-file", "", "file holding the access token requests must carry (default: $"+tokenEnv+", else none)")
+	fs.BoolVar(&o.noEnsureUser, "no-ensure-user", false, "do not create the user \""+identity.DefaultUser+"\" when the image lacks it")
+	fs.BoolVar(&o.version, "version", false, "print the envd protocol version and exit")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return o, nil
+}
+
+// run serves until SIGTERM or SIGINT, then forwards the signal to the
+// sandbox's processes, lets them and the open streams finish briefly, and
+// returns.
+func run(o options) error {
+	if o.version {
+		fmt.Println(agent.Version)
+		return nil
+	}
+	log := slog.New(slog.NewTextHandler(o.logOut, nil))
+	// First, before anything forks: reap orphans like PID 1 does.
+	if err := process.Supervise(log); err != nil {
+		log.Warn("cannot supervise orphans; only direct children will be reaped", "err", err)
+	}
+	token, err := accessToken(o.tokenFile)
+	if err != nil {
+		return err
+	}
+	if !o.noEnsureUser {
+		if err := identity.EnsureDefaultUser(); err != nil {
+			log.Warn("default user missing and not created", "user", identity.DefaultUser, "err", err)
+		}
+	}
+	// The commands inherit the agent's environment (the image's and the
+	// sandbox's variables) minus the token and any malformed entry.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		k, _, ok := strings.Cut(kv, "=")
+		return !ok || k == "" || k == tokenEnv
+	})
+	h, err := agent.NewHandler(agent.Config{DefaultUser: o.user, Env: env, AccessToken: token, Logger: log})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return err
+	}
+	// HTTP/1.1 for the SDKs; HTTP/2 without TLS (h2c) for clients that
+	// want many streams on one connection.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: h, Protocols: &protocols, ReadHeaderTimeout: 30 * time.Second}
+
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("agent serving", "addr", ln.Addr().String(), "version", agent.Version, "pid", os.Getpid(), "user", o.user)
+
+	select {
+	case err := <-served:
+		return err
+	case sig := <-sigc:
+		log.Info("stopping", "signal", sig.String())
+		ctx, cancel := context.WithTimeout(context.Background(), childGrace)
+		if err := process.Shutdown(ctx, sig); err != nil {
+			log.Warn("stopping children", "err", err)
+		}
+		cancel()
+		ctx, cancel = context.WithTimeout(context.Background(), serverGrace)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			srv.Close()
+		}
+		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}
+}
+
+// accessToken reads the token from file when one is named, else from the
+// environment, and removes it from the environment either way.
+func accessToken(file string) (string, error) {
+	token := os.Getenv(tokenEnv)
+	os.Unsetenv(tokenEnv)
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("access token: %w", err)
+		}
+		token = string(b)
+	}
+	return strings.TrimSpace(token), nil
+}
