@@ -1,0 +1,21 @@
+//go:build !linux
+
+package image
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+
+	"github.com/lightbearco/tupper/errdefs"
+)
+
+func applyLayer(context.Context, string, io.Reader, *slog.Logger) error {
+	return fmt.Errorf("unpacking images on %s: %w", runtime.GOOS, errdefs.ErrNotSupported)
+}
+
+func treeSize(string) (int64, error) { return 0, nil }
+
+func syncFS(string) error { return nil }
