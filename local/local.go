@@ -29,6 +29,8 @@ const DefaultRoot = "/var/lib/tupper"
 type Config struct {
 	// Root is the state directory; empty means $TUPPER_ROOT, else DefaultRoot.
 	Root string
+	// ImageRoot is the image store's directory; empty means Root/images.
+	ImageRoot string
 	// Backend names the backend; empty means "gvisor".
 	Backend string
 	// BackendOptions are passed to the backend (see each backend's doc).
@@ -50,7 +52,7 @@ type Runtime struct {
 
 var _ sdk.Transport = (*Runtime)(nil)
 
-// Open builds a Runtime: it opens the image store under Root/images, the
+// Open builds a Runtime: it opens the image store (Root/images), the
 // backend under Root/backends/<name> and the engine under Root/engine,
 // which re-attaches to sandboxes an earlier run left running.
 func Open(ctx context.Context, cfg Config) (*Runtime, error) {
@@ -73,7 +75,10 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 		cfg.AgentPath = p
 	}
-	images, err := image.Open(image.Config{Root: filepath.Join(cfg.Root, "images"), Logger: cfg.Logger})
+	if cfg.ImageRoot == "" {
+		cfg.ImageRoot = filepath.Join(cfg.Root, "images")
+	}
+	images, err := image.Open(image.Config{Root: cfg.ImageRoot, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -79,6 +79,6 @@ func newRoot(g *globals) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.root, "root", "", "state directory (default $TUPPER_ROOT or "+local.DefaultRoot+")")
 	root.PersistentFlags().StringVar(&g.backend, "backend", "", "sandbox backend (default gvisor)")
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log what happens")
-	root.AddCommand(newImageCmd(g), newRunCmd(g))
+	root.AddCommand(newImageCmd(g), newRunCmd(g), newServeCmd(g))
 	return root
 }

@@ -69,7 +69,7 @@ func runRun(ctx context.Context, g *globals, o *runOptions) error {
 		life = o.timeout + time.Minute
 	}
 	sb, err := client.Create(ctx, sdk.CreateOptions{
-		Template: o.template, Image: o.image, Env: env, Timeout: life, CPUs: o.cpus, MemoryMB: o.memoryMB,
+		Template: o.template, Image: o.image, Envs: env, Timeout: life, CPUs: o.cpus, MemoryMB: o.memoryMB,
 	})
 	if err != nil {
 		return err

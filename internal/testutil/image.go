@@ -68,7 +68,7 @@ func TestRootFS(t testing.TB) string {
 	t.Helper()
 	RequiresRoot(t)
 	if _, err := exec.LookPath("mmdebstrap"); err != nil {
-		t.Skip("needs mmdebstrap to build the Debian test image: apt-get install mmdebstrap")
+		Skip(t, "needs mmdebstrap to build the Debian test image: apt-get install mmdebstrap")
 	}
 	testRootFSMu.Lock()
 	defer testRootFSMu.Unlock()
@@ -81,6 +81,16 @@ func TestRootFS(t testing.TB) string {
 	}
 	testRootFSPath = p
 	return p
+}
+
+// TestImage is TestRootFS as an image in a store: it returns the root of the
+// image store that holds the Debian test image, and the image's name there,
+// for tests that run the whole stack (engine, image store, backend). The
+// store is shared by every test on the machine; never remove from it.
+func TestImage(t testing.TB) (storeRoot, name string) {
+	t.Helper()
+	TestRootFS(t)
+	return filepath.Join(CacheDir(), "testimages", "store"), testImageName()
 }
 
 func testImageName() string {

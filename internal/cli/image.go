@@ -1,0 +1,250 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lightbearco/tupper/image"
+	"github.com/lightbearco/tupper/local"
+)
+
+func newImageCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "image",
+		Short: "Manage images and templates (pull, import, build, ls, rm)",
+	}
+	cmd.AddCommand(newImagePullCmd(g), newImageImportCmd(g), newImageBuildCmd(g), newImageLsCmd(g), newImageRmCmd(g))
+	return cmd
+}
+
+// openImages opens the image store that the engine uses, without the rest
+// of the runtime: managing images needs no backend.
+func (g *globals) openImages() (*image.Store, error) {
+	root := g.root
+	if root == "" {
+		root = os.Getenv("TUPPER_ROOT")
+	}
+	if root == "" {
+		root = local.DefaultRoot
+	}
+	return image.Open(image.Config{Root: filepath.Join(root, "images"), Logger: g.logger()})
+}
+
+// withProgress runs op with a progress renderer on stderr.
+func withProgress(g *globals, op func(image.Progress) error) error {
+	p := image.NewTextProgress(g.stderr)
+	defer p.Close()
+	return op(p)
+}
+
+func printImage(g *globals, img *image.Image) {
+	fmt.Fprintf(g.stdout, "%s %s\n", strings.Join(img.Names, ","), shortID(img.ID))
+}
+
+func shortID(id string) string {
+	id = strings.TrimPrefix(id, "sha256:")
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func newImagePullCmd(g *globals) *cobra.Command {
+	var opts image.PullOptions
+	cmd := &cobra.Command{
+		Use:     "pull REF",
+		Short:   "Pull an image from an OCI registry",
+		Example: "  tupper image pull localhost:5000/tools:1 --insecure",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := g.openImages()
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			return withProgress(g, func(p image.Progress) error {
+				img, err := st.Pull(cmd.Context(), args[0], opts, p)
+				if err == nil {
+					printImage(g, img)
+				}
+				return err
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&opts.Insecure, "insecure", false, "talk plain HTTP to the registry (for a registry on loopback)")
+	cmd.Flags().StringVar(&opts.Platform, "platform", "", "os/arch[/variant] to pick from a multi-platform image (default this host's)")
+	return cmd
+}
+
+func newImageImportCmd(g *globals) *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "import FILE|- [--name NAME]",
+		Short: "Import a `docker save` or OCI-layout tarball",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := g.openImages()
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			return withProgress(g, func(p image.Progress) error {
+				var imgs []*image.Image
+				var err error
+				if args[0] == "-" {
+					imgs, err = st.Import(cmd.Context(), g.stdin, name, p)
+				} else {
+					imgs, err = st.ImportFile(cmd.Context(), args[0], name, p)
+				}
+				for _, img := range imgs {
+					printImage(g, img)
+				}
+				return err
+			})
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "", "name to give the image (default the names in the tarball)")
+	return cmd
+}
+
+func newImageBuildCmd(g *globals) *cobra.Command {
+	var (
+		suite    string
+		packages []string
+	)
+	cmd := &cobra.Command{
+		Use:   "build NAME [--package PKG...]",
+		Short: "Build a Debian image with mmdebstrap; `build base` makes the default template",
+		Example: `  tupper image build base
+  tupper image build py --package python3 --package python3-numpy`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := g.openImages()
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if args[0] == image.BaseTemplate && len(packages) == 0 {
+				packages = image.BaseTemplatePackages
+			}
+			if len(packages) == 0 {
+				return fmt.Errorf("image build %s: name the packages to install with --package (only `base` has a default list)", args[0])
+			}
+			start := time.Now()
+			return withProgress(g, func(p image.Progress) error {
+				img, err := st.BuildDebian(cmd.Context(), args[0], image.BuildOptions{Suite: suite, Packages: packages}, p)
+				if err == nil {
+					printImage(g, img)
+					fmt.Fprintf(g.stderr, "built in %s\n", time.Since(start).Round(time.Second))
+				}
+				return err
+			})
+		},
+	}
+	cmd.Flags().StringVar(&suite, "suite", "", "Debian suite (default "+image.DefaultSuite+")")
+	cmd.Flags().StringArrayVarP(&packages, "package", "p", nil, "Debian package to install (repeatable)")
+	return cmd
+}
+
+func newImageLsCmd(g *globals) *cobra.Command {
+	var asJSON, quiet bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List images",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := g.openImages()
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			imgs, err := st.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return listImages(cmd.Context(), g, imgs, asJSON, quiet)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only names, one a line")
+	return cmd
+}
+
+func listImages(_ context.Context, g *globals, imgs []*image.Image, asJSON, quiet bool) error {
+	switch {
+	case asJSON:
+		type row struct {
+			ID      string    `json:"id"`
+			Names   []string  `json:"names"`
+			Size    int64     `json:"size"`
+			Created time.Time `json:"created"`
+		}
+		rows := make([]row, 0, len(imgs))
+		for _, img := range imgs {
+			rows = append(rows, row{img.ID, img.Names, img.Size, img.Created})
+		}
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	case quiet:
+		for _, img := range imgs {
+			for _, n := range img.Names {
+				fmt.Fprintln(g.stdout, n)
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tID\tSIZE\tCREATED")
+	for _, img := range imgs {
+		names := strings.Join(img.Names, ",")
+		if names == "" {
+			names = "<none>"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", names, shortID(img.ID), humanSize(img.Size), img.Created.Local().Format(time.DateTime))
+	}
+	return tw.Flush()
+}
+
+func humanSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func newImageRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm NAME...",
+		Short: "Remove image names; data no name uses any more is deleted",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := g.openImages()
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			for _, n := range args {
+				if err := st.Remove(cmd.Context(), n); err != nil {
+					return err
+				}
+				fmt.Fprintln(g.stdout, "removed", n)
+			}
+			return nil
+		},
+	}
+}

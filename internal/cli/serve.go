@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lightbearco/tupper/auth"
+	"github.com/lightbearco/tupper/local"
+	"github.com/lightbearco/tupper/server"
+)
+
+type serveOptions struct {
+	addr                string
+	domain              string
+	certFile, keyFile   string
+	allowInsecureRemote bool
+}
+
+func newServeCmd(g *globals) *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the E2B-compatible API, so that the E2B SDKs use local sandboxes",
+		Long: `Serve the E2B-compatible API on one port: the control plane (create, list,
+kill sandboxes) and the data plane (commands, files) of every sandbox.
+
+Point the E2B SDKs at it with
+  E2B_API_URL=http://127.0.0.1:3000 E2B_SANDBOX_URL=http://127.0.0.1:3000 E2B_API_KEY=e2b_…
+
+The first start creates an API key and prints it once.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runServe(cmd.Context(), g, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.addr, "addr", server.DefaultAddr, "address to listen on")
+	f.StringVar(&o.domain, "domain", "", `domain of getHost(port) URLs, "<port>-<id>.<domain>" (default localhost:<port of --addr>)`)
+	f.StringVar(&o.certFile, "tls-cert", "", "TLS certificate file (serve HTTPS)")
+	f.StringVar(&o.keyFile, "tls-key", "", "TLS key file")
+	f.BoolVar(&o.allowInsecureRemote, "allow-insecure-remote", false, "allow plain HTTP on an address other than loopback (keys cross the network in the clear)")
+	return cmd
+}
+
+func runServe(ctx context.Context, g *globals, o *serveOptions) error {
+	root := g.root
+	if root == "" {
+		root = os.Getenv("TUPPER_ROOT")
+	}
+	if root == "" {
+		root = local.DefaultRoot
+	}
+	domain := o.domain
+	if domain == "" {
+		_, port, err := net.SplitHostPort(o.addr)
+		if err != nil {
+			return fmt.Errorf("--addr %q: %w", o.addr, err)
+		}
+		domain = "localhost:" + port
+	}
+	listen := server.ListenOptions{
+		Addr: o.addr, CertFile: o.certFile, KeyFile: o.keyFile, AllowInsecureRemote: o.allowInsecureRemote,
+	}
+	// Listen first: a refused address must fail before anything is made.
+	ln, err := server.Listen(ctx, listen)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	scheme := "http"
+	if o.certFile != "" {
+		scheme = "https"
+	}
+	url := scheme + "://" + ln.Addr().String()
+	keys, err := auth.Open(filepath.Join(root, "server", "keys.db"))
+	if err != nil {
+		return err
+	}
+	defer keys.Close()
+	first, err := keys.EnsureFirstKey(ctx, "default")
+	if err != nil {
+		return err
+	}
+	if first != "" {
+		// Printed at once: should the start fail below, the key must not
+		// be lost, since it is never shown again.
+		fmt.Fprintf(g.stderr, "Created the first API key. It is shown only this once:\n\n"+
+			"  export E2B_API_KEY=%s\n  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n\n", first, url, url)
+	}
+	rt, err := local.Open(ctx, local.Config{Root: root, Backend: g.backend, Logger: g.logger()})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	srv, err := server.New(server.Config{
+		Engine: rt.Engine(), Keys: keys, Domain: domain,
+		StatePath: filepath.Join(root, "server", "state.db"), Logger: g.logger(),
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	fmt.Fprintf(g.stderr, "tupper serve: listening on %s\n", url)
+	return server.Serve(ctx, ln, srv, listen)
+}

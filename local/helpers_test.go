@@ -1,0 +1,160 @@
+package local_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lightbearco/tupper/engine"
+	"github.com/lightbearco/tupper/internal/testutil"
+	"github.com/lightbearco/tupper/local"
+	"github.com/lightbearco/tupper/sdk"
+)
+
+// stack is a whole in-process Tupper on real runsc, with the Debian test
+// image as its default template.
+type stack struct {
+	rt     *local.Runtime
+	client *sdk.Client
+	cfg    local.Config
+}
+
+func newStack(t testing.TB, ecfg engine.Config) *stack {
+	t.Helper()
+	testutil.RequiresRunsc(t)
+	storeRoot, name := testutil.TestImage(t)
+	if ecfg.DefaultTemplate == "" {
+		ecfg.DefaultTemplate = name
+	}
+	cfg := local.Config{Root: shortTempDir(t), ImageRoot: storeRoot, AgentPath: testutil.AgentBinary(t), Engine: ecfg}
+	s := &stack{cfg: cfg}
+	s.open(t)
+	t.Cleanup(func() {
+		if s.rt != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := s.rt.Engine().KillAll(ctx); err != nil {
+				t.Errorf("kill all: %v", err)
+			}
+			s.rt.Close()
+		}
+	})
+	return s
+}
+
+// open (re)opens the runtime on the stack's state, as a restarted process would.
+func (s *stack) open(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt, err := local.Open(ctx, s.cfg)
+	if err != nil {
+		t.Fatalf("open runtime: %v", err)
+	}
+	s.rt, s.client = rt, &sdk.Client{Transport: rt}
+}
+
+// shortTempDir is t.TempDir under /tmp with a short name: unix socket paths
+// that runsc makes under the state directory must stay under 108 bytes.
+func shortTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "tp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func (s *stack) create(t testing.TB, opts sdk.CreateOptions) *sdk.Sandbox {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := s.client.Create(ctx, opts)
+	if err != nil {
+		t.Fatalf("create sandbox: %v", err)
+	}
+	return sb
+}
+
+func run(t testing.TB, sb *sdk.Sandbox, cmd string, opts ...sdk.CommandOption) *sdk.CommandResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := sb.Commands.Run(ctx, cmd, opts...)
+	if err != nil {
+		t.Fatalf("run %q: %v", cmd, err)
+	}
+	return res
+}
+
+// waitFor polls cond until it holds or the bound passes.
+func waitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after %v waiting for %s", bound, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// leftovers lists what of the stack's sandboxes the host still holds:
+// processes, mounts, network namespaces and veths, cgroups, state dirs.
+func leftovers(t testing.TB, root string) []string {
+	t.Helper()
+	var found []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), root) {
+			found = append(found, "process "+filepath.Base(filepath.Dir(p))+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(mi), "\n") {
+			if strings.Contains(line, root) {
+				found = append(found, "mount: "+line)
+			}
+		}
+	}
+	backendRoot := filepath.Join(root, "backends", "gvisor")
+	for _, pattern := range []string{"bundles/*", "netns/*", "runsc/*", "sandboxes/*", "state/*"} {
+		m, _ := filepath.Glob(filepath.Join(backendRoot, pattern))
+		for _, p := range m {
+			found = append(found, "state: "+p)
+		}
+	}
+	return found
+}
+
+// killSandboxProcess kills with SIGKILL every host process of sandbox id
+// (runsc's sandbox and gofer), as a crash would.
+func killSandboxProcess(id string) error {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	n := 0
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), id) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("no host process of sandbox %s found", id)
+	}
+	return nil
+}

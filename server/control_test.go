@@ -1,0 +1,335 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/lightbearco/tupper/proto"
+)
+
+func TestAPIKeyRequired(t *testing.T) {
+	e := newTestEnv(t)
+	tests := []struct {
+		name string
+		key  string
+		want int
+	}{
+		{name: "no key", key: "", want: http.StatusUnauthorized},
+		{name: "malformed key", key: "sk-not-a-key", want: http.StatusUnauthorized},
+		{name: "unknown key", key: "e2b_" + strings.Repeat("0", 40), want: http.StatusUnauthorized},
+		{name: "valid key", key: e.key, want: http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, path := range []string{"/v2/sandboxes", "/sandboxes"} {
+				status, hdr, body := e.doKey(tt.key, "GET", path, "")
+				if status != tt.want {
+					t.Fatalf("GET %s: %d %s, want %d", path, status, body, tt.want)
+				}
+				if hdr.Get("Content-Type") != "application/json" {
+					t.Errorf("Content-Type %q", hdr.Get("Content-Type"))
+				}
+				if status == http.StatusUnauthorized {
+					var ae apiError
+					if err := json.Unmarshal(body, &ae); err != nil || ae.Code != 401 || ae.Message == "" {
+						t.Errorf("401 body %s: want {code:401, message}", body)
+					}
+				}
+			}
+		})
+	}
+	// Without a key nothing is created either.
+	if status, _, _ := e.doKey("", "POST", "/v2/sandboxes", `{"templateID":"base"}`); status != http.StatusUnauthorized {
+		t.Errorf("create without a key: %d", status)
+	}
+	if ids := e.engine.Running(); len(ids) != 0 {
+		t.Errorf("sandboxes running after unauthenticated creates: %v", ids)
+	}
+}
+
+func TestControlPlaneRoundTrip(t *testing.T) {
+	e := newTestEnv(t)
+
+	// Create, the way SDK 2.51 does.
+	sb := e.create(`{"templateID":"base","timeout":300,"metadata":{"owner":"alice","suite":"rt"},"envVars":{"A":"1"},
+		"autoPause":false,"secure":true,"allow_internet_access":true,"mcp":null,"someFutureField":{"x":1}}`)
+	if sb.TemplateID != "base" || len(sb.SandboxID) != 20 || sb.ClientID != "tupper" || sb.EnvdVersion != proto.EnvdVersion ||
+		sb.EnvdAccessToken == "" || sb.Domain != "tupper.test" || sb.TrafficAccessToken != nil {
+		t.Errorf("create answered %+v", sb)
+	}
+	// The raw answer carries every field the Python SDK requires.
+	_, _, raw := e.do("GET", "/sandboxes/"+sb.SandboxID, "")
+	var detail map[string]any
+	if err := json.Unmarshal(raw, &detail); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"templateID", "sandboxID", "clientID", "startedAt", "endAt", "cpuCount", "memoryMB",
+		"diskSizeMB", "state", "envdVersion", "domain", "envdAccessToken", "metadata", "lifecycle", "volumeMounts"} {
+		if _, ok := detail[f]; !ok {
+			t.Errorf("GET /sandboxes/{id} lacks %q: %s", f, raw)
+		}
+	}
+	var d sandboxDetailJSON
+	json.Unmarshal(raw, &d)
+	if d.State != "running" || d.Metadata["owner"] != "alice" || d.EnvdAccessToken != sb.EnvdAccessToken ||
+		d.AllowInternetAccess == nil || !*d.AllowInternetAccess || d.Lifecycle.OnTimeout != "kill" {
+		t.Errorf("detail = %s", raw)
+	}
+	if left := time.Until(d.EndAt); left < 290*time.Second || left > 301*time.Second {
+		t.Errorf("endAt %v is %v away, want about 300 s", d.EndAt, left)
+	}
+
+	// Python (≤ 2.50) creates through the v1 path.
+	other := struct{ sandboxJSON }{}
+	status, _, body := e.do("POST", "/sandboxes", `{"templateID":"other","metadata":{"owner":"bob"}}`)
+	if status != http.StatusCreated {
+		t.Fatalf("POST /sandboxes: %d %s", status, body)
+	}
+	json.Unmarshal(body, &other)
+	if other.TemplateID != "other" {
+		t.Errorf("v1 create: %s", body)
+	}
+
+	// List, filtered by metadata.
+	list := func(query string) ([]listedSandboxJSON, string) {
+		t.Helper()
+		status, hdr, body := e.do("GET", "/v2/sandboxes?"+query, "")
+		if status != http.StatusOK {
+			t.Fatalf("list ?%s: %d %s", query, status, body)
+		}
+		var out []listedSandboxJSON
+		if err := json.Unmarshal(body, &out); err != nil {
+			t.Fatalf("list body %s: %v", body, err)
+		}
+		return out, hdr.Get("X-Next-Token")
+	}
+	ids := func(l []listedSandboxJSON) []string {
+		var out []string
+		for _, s := range l {
+			out = append(out, s.SandboxID)
+		}
+		return out
+	}
+	all, _ := list("")
+	if got := ids(all); !slices.Contains(got, sb.SandboxID) || !slices.Contains(got, other.SandboxID) || len(got) != 2 {
+		t.Errorf("list all = %v", got)
+	}
+	// The JS SDK encodes each key and value, then the pairs, then the
+	// parameter; Python encodes the pairs once.
+	jsMetadata := url.Values{"metadata": {"owner=alice&suite=rt"}}.Encode()
+	pyMetadata := url.Values{"metadata": {url.Values{"owner": {"alice"}}.Encode()}}.Encode()
+	for _, q := range []string{jsMetadata, pyMetadata, "state=running&" + pyMetadata, "state=running,paused&" + jsMetadata} {
+		if got := ids(first(list(q))); !cmp.Equal(got, []string{sb.SandboxID}) {
+			t.Errorf("list ?%s = %v, want just %s", q, got, sb.SandboxID)
+		}
+	}
+	if got := first(list("state=paused")); len(got) != 0 {
+		t.Errorf("list of paused sandboxes = %v", ids(got))
+	}
+	if got := ids(first(list("template=other"))); !cmp.Equal(got, []string{other.SandboxID}) {
+		t.Errorf("list ?template=other = %v", got)
+	}
+
+	// Pages.
+	var paged []string
+	for range 3 {
+		paged = append(paged, e.create(`{"templateID":"base","metadata":{"suite":"page"}}`).SandboxID)
+	}
+	q := url.Values{"metadata": {"suite=page"}, "limit": {"2"}}
+	page1, next := list(q.Encode())
+	if len(page1) != 2 || next == "" {
+		t.Fatalf("page 1: %v, next %q; want 2 and a token", ids(page1), next)
+	}
+	q.Set("nextToken", next)
+	page2, next2 := list(q.Encode())
+	if len(page2) != 1 || next2 != "" {
+		t.Fatalf("page 2: %v, next %q; want 1 and no token", ids(page2), next2)
+	}
+	got := append(ids(page1), ids(page2)...)
+	slices.Sort(got)
+	slices.Sort(paged)
+	if !cmp.Equal(got, paged) {
+		t.Errorf("pages hold %v, want %v", got, paged)
+	}
+	// With a filter the engine does not know, pages stay full.
+	q = url.Values{"template": {"base"}, "limit": {"2"}}
+	tp1, tnext := list(q.Encode())
+	q.Set("nextToken", tnext)
+	tp2, tnext2 := list(q.Encode())
+	if len(tp1) != 2 || tnext == "" || len(tp2) != 2 || tnext2 != "" {
+		t.Errorf("template pages: %v (%q), %v (%q); want 2+2 base sandboxes", ids(tp1), tnext, ids(tp2), tnext2)
+	}
+
+	// Timeout.
+	if status, _, body := e.do("POST", "/sandboxes/"+sb.SandboxID+"/timeout", `{"timeout":3600}`); status != http.StatusNoContent {
+		t.Errorf("timeout: %d %s", status, body)
+	}
+	_, _, raw = e.do("GET", "/sandboxes/"+sb.SandboxID, "")
+	json.Unmarshal(raw, &d)
+	if left := time.Until(d.EndAt); left < 3590*time.Second {
+		t.Errorf("after timeout 3600 the sandbox ends in %v", left)
+	}
+	if status, _, _ := e.do("POST", "/sandboxes/nosuchsandbox/timeout", `{"timeout":10}`); status != http.StatusNotFound {
+		t.Errorf("timeout of an unknown sandbox: %d", status)
+	}
+
+	// Connect, both paths.
+	for _, p := range []string{"/sandboxes/", "/v2/sandboxes/"} {
+		status, _, body := e.do("POST", p+sb.SandboxID+"/connect", `{"timeout":60}`)
+		var c sandboxJSON
+		json.Unmarshal(body, &c)
+		if status != http.StatusOK || c.SandboxID != sb.SandboxID || c.EnvdAccessToken != sb.EnvdAccessToken {
+			t.Errorf("connect via %s: %d %s", p, status, body)
+		}
+	}
+
+	// Pause is not supported; resume of a running sandbox is a conflict.
+	status, _, body = e.do("POST", "/sandboxes/"+sb.SandboxID+"/pause", `{}`)
+	var ae apiError
+	json.Unmarshal(body, &ae)
+	if status != http.StatusNotImplemented || ae.Code != 501 || !strings.Contains(ae.Message, "pause is not supported by the fake backend") {
+		t.Errorf("pause: %d %s", status, body)
+	}
+	if status, _, body := e.do("POST", "/sandboxes/"+sb.SandboxID+"/resume", `{}`); status != http.StatusConflict {
+		t.Errorf("resume of a running sandbox: %d %s", status, body)
+	}
+
+	// Kill, twice.
+	if status, _, body := e.do("DELETE", "/sandboxes/"+sb.SandboxID, ""); status != http.StatusNoContent {
+		t.Fatalf("kill: %d %s", status, body)
+	}
+	status, _, body = e.do("DELETE", "/sandboxes/"+sb.SandboxID, "")
+	json.Unmarshal(body, &ae)
+	if status != http.StatusNotFound || ae.Code != 404 {
+		t.Errorf("second kill: %d %s, want 404 {code:404}", status, body)
+	}
+	for _, req := range [][2]string{{"GET", ""}, {"POST", "/connect"}, {"POST", "/pause"}, {"GET", "/metrics"}} {
+		if status, _, body := e.do(req[0], "/sandboxes/"+sb.SandboxID+req[1], "{}"); status != http.StatusNotFound {
+			t.Errorf("%s %s after kill: %d %s, want 404", req[0], req[1], status, body)
+		}
+	}
+	if got := ids(first(list(""))); slices.Contains(got, sb.SandboxID) {
+		t.Errorf("the killed sandbox is still listed: %v", got)
+	}
+}
+
+func first[A, B any](a A, _ B) A { return a }
+
+func TestMalformedRequests(t *testing.T) {
+	e := newTestEnv(t)
+	sb := e.create(`{}`)
+	tests := []struct {
+		name, method, path, body string
+		want                     int
+		msg                      string
+	}{
+		{name: "create: broken JSON", method: "POST", path: "/v2/sandboxes", body: `{"templateID":`, want: 400, msg: "not valid JSON"},
+		{name: "create: not an object", method: "POST", path: "/v2/sandboxes", body: `["base"]`, want: 400, msg: "must be a JSON object"},
+		{name: "create: two values", method: "POST", path: "/v2/sandboxes", body: `{} {}`, want: 400, msg: "more than one JSON value"},
+		{name: "create: timeout a string", method: "POST", path: "/v2/sandboxes", body: `{"timeout":"5m"}`, want: 400, msg: `"timeout" must be a number`},
+		{name: "create: metadata not strings", method: "POST", path: "/v2/sandboxes", body: `{"metadata":{"a":1}}`, want: 400, msg: "metadata"},
+		{name: "create: negative timeout", method: "POST", path: "/v2/sandboxes", body: `{"timeout":-1}`, want: 400, msg: "negative"},
+		{name: "create: timeout above the maximum", method: "POST", path: "/v2/sandboxes", body: `{"timeout":172800}`, want: 400, msg: "maximum"},
+		{name: "create: absurd timeout", method: "POST", path: "/v2/sandboxes", body: `{"timeout":1e300}`, want: 400, msg: "too long"},
+		{name: "create: bad env name", method: "POST", path: "/v2/sandboxes", body: `{"envVars":{"A B":"x"}}`, want: 400, msg: "environment variable"},
+		{name: "create: unknown template", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"nosuch"}`, want: 404, msg: "nosuch"},
+		{name: "create: bad allowOut", method: "POST", path: "/v2/sandboxes", body: `{"network":{"allowOut":["not a host!"]}}`, want: 400, msg: "allowOut[0]"},
+		{name: "create: domain in denyOut", method: "POST", path: "/v2/sandboxes", body: `{"network":{"denyOut":["example.com"]}}`, want: 400, msg: "denyOut takes no domain"},
+		{name: "create: volume mounts", method: "POST", path: "/v2/sandboxes", body: `{"volumeMounts":[{"name":"v","path":"/data"}]}`, want: 501, msg: "volume mounts"},
+		{name: "timeout: missing", method: "POST", path: "/sandboxes/" + sb.SandboxID + "/timeout", body: `{}`, want: 400, msg: `{"timeout": <seconds>}`},
+		{name: "timeout: zero", method: "POST", path: "/sandboxes/" + sb.SandboxID + "/timeout", body: `{"timeout":0}`, want: 400, msg: "at least 1 second"},
+		{name: "timeout: broken", method: "POST", path: "/sandboxes/" + sb.SandboxID + "/timeout", body: `{"timeout":}`, want: 400, msg: "not valid JSON"},
+		{name: "connect: broken", method: "POST", path: "/sandboxes/" + sb.SandboxID + "/connect", body: `{`, want: 400, msg: "not valid JSON"},
+		{name: "network: broken", method: "PUT", path: "/sandboxes/" + sb.SandboxID + "/network", body: `{"allowOut":"x"}`, want: 400, msg: "allowOut"},
+		{name: "list: limit too big", method: "GET", path: "/v2/sandboxes?limit=101", want: 400, msg: "limit"},
+		{name: "list: bad state", method: "GET", path: "/v2/sandboxes?state=dead", want: 400, msg: "state"},
+		{name: "list: bad token", method: "GET", path: "/v2/sandboxes?nextToken=@@", want: 400, msg: "token"},
+		{name: "list: bad metadata", method: "GET", path: "/v2/sandboxes?metadata=%3Dx", want: 400, msg: "empty key"},
+		{name: "metrics: bad start", method: "GET", path: "/sandboxes/" + sb.SandboxID + "/metrics?start=yesterday", want: 400, msg: "start"},
+		{name: "unknown path", method: "GET", path: "/nope", want: 404, msg: "no such endpoint"},
+		{name: "wrong method", method: "PATCH", path: "/sandboxes/" + sb.SandboxID, want: 405, msg: "not allowed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, _, body := e.do(tt.method, tt.path, tt.body)
+			var ae apiError
+			if err := json.Unmarshal(body, &ae); err != nil {
+				t.Fatalf("%d %s: the body is not a JSON error", status, body)
+			}
+			if status != tt.want || ae.Code != tt.want || !strings.Contains(ae.Message, tt.msg) {
+				t.Errorf("%s %s %s: %d %s; want %d mentioning %q", tt.method, tt.path, tt.body, status, body, tt.want, tt.msg)
+			}
+		})
+	}
+	// Nothing above made a sandbox.
+	if ids := e.engine.Running(); len(ids) != 1 {
+		t.Errorf("running after the bad creates: %v, want only %s", ids, sb.SandboxID)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	e := newTestEnv(t)
+	sb := e.create(`{}`)
+	status, _, body := e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics", "")
+	if status != http.StatusOK {
+		t.Fatalf("metrics: %d %s", status, body)
+	}
+	var got []metricJSON
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []metricJSON{{
+		Timestamp: time.Unix(1700000000, 0).UTC(), TimestampUnix: 1700000000, CPUCount: 2, CPUUsedPct: 12.5,
+		MemUsed: 1 << 28, MemTotal: 1 << 30, DiskUsed: 5 << 20, DiskTotal: 10 << 20,
+	}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("metrics (-want +got):\n%s", d)
+	}
+	// A window that ended long ago holds nothing.
+	status, _, body = e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics?start=1&end=2", "")
+	if status != http.StatusOK || strings.TrimSpace(string(body)) != "[]" {
+		t.Errorf("metrics of an old window: %d %s", status, body)
+	}
+	// A dead agent is a clear error, not a hang.
+	e.backend.crash(sb.SandboxID)
+	status, _, body = e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics", "")
+	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "metrics") {
+		t.Errorf("metrics of a dead agent: %d %s", status, body)
+	}
+}
+
+func TestNetworkPolicy(t *testing.T) {
+	e := newTestEnv(t)
+	sb := e.create(`{"network":{"allowOut":["Example.COM","*.pypi.org","10.0.0.0/8"],"denyOut":["0.0.0.0/0"]}}`)
+	detail := func() sandboxDetailJSON {
+		t.Helper()
+		_, _, raw := e.do("GET", "/sandboxes/"+sb.SandboxID, "")
+		var d sandboxDetailJSON
+		if err := json.Unmarshal(raw, &d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	want := &NetworkPolicy{AllowOut: []string{"example.com", "*.pypi.org", "10.0.0.0/8"}, DenyOut: []string{"0.0.0.0/0"}}
+	if d := cmp.Diff(want, detail().Network); d != "" {
+		t.Errorf("network after create (-want +got):\n%s", d)
+	}
+	status, _, body := e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", `{"denyOut":["192.168.1.7"],"allow_internet_access":false}`)
+	if status != http.StatusNoContent {
+		t.Fatalf("update network: %d %s", status, body)
+	}
+	d := detail()
+	if diff := cmp.Diff(&NetworkPolicy{DenyOut: []string{"192.168.1.7"}}, d.Network); diff != "" || d.AllowInternetAccess == nil || *d.AllowInternetAccess {
+		t.Errorf("network after update: %+v, allowInternetAccess %v\n%s", d.Network, d.AllowInternetAccess, diff)
+	}
+	if status, _, _ := e.do("PUT", "/sandboxes/nosuch/network", `{}`); status != http.StatusNotFound {
+		t.Errorf("update network of an unknown sandbox: %d", status)
+	}
+}

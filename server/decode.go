@@ -1,0 +1,277 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lightbearco/tupper/errdefs"
+)
+
+// maxBodyBytes bounds a control-plane request body: the largest real one
+// is a create with metadata and environment variables.
+const maxBodyBytes = 1 << 20
+
+// maxTimeoutSeconds bounds a timeout before it becomes a time.Duration;
+// the engine applies its own, much smaller, maximum.
+const maxTimeoutSeconds = 10 * 365 * 24 * 3600
+
+// createBody is the body of POST /sandboxes and POST /v2/sandboxes. Unknown
+// fields are ignored, as the E2B API does, so newer SDKs keep working.
+type createBody struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *float64          `json:"timeout"` // seconds
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	Secure              *bool             `json:"secure"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Network             *NetworkPolicy    `json:"network"`
+	AutoPause           *bool             `json:"autoPause"`
+	AutoResume          json.RawMessage   `json:"autoResume"`
+	VolumeMounts        []volumeMount     `json:"volumeMounts"`
+}
+
+// connectBody is the body of POST /sandboxes/{id}/connect and of resume.
+type connectBody struct {
+	Timeout *float64 `json:"timeout"`
+	// Memory false asks for a reboot rather than a restore; with no
+	// paused sandboxes it changes nothing.
+	Memory *bool `json:"memory"`
+}
+
+// timeoutBody is the body of POST /sandboxes/{id}/timeout.
+type timeoutBody struct {
+	Timeout *float64 `json:"timeout"`
+}
+
+// networkBody is the body of PUT /sandboxes/{id}/network. It replaces the
+// egress settings; fields left out are cleared.
+type networkBody struct {
+	AllowOut            []string        `json:"allowOut"`
+	DenyOut             []string        `json:"denyOut"`
+	Rules               json.RawMessage `json:"rules"`
+	AllowInternetAccess *bool           `json:"allow_internet_access"`
+}
+
+// readBody reads a request body of at most maxBodyBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, fmt.Errorf("request body is larger than %d bytes: %w", maxBodyBytes, errdefs.ErrInvalidArgument)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read request body: %w", err)
+	}
+	return data, nil
+}
+
+// decodeJSON decodes one JSON value from data into v. An empty body
+// decodes to v's zero value. Errors wrap errdefs.ErrInvalidArgument and say
+// what is wrong in terms of the request.
+func decodeJSON(data []byte, v any) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("request body holds more than one JSON value: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Errorf("request body is not valid JSON: %s (at byte %d): %w", syntax, syntax.Offset, errdefs.ErrInvalidArgument)
+	case errors.As(err, &typ) && typ.Field != "":
+		return fmt.Errorf("request body: field %q must be %s, not %s: %w", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value, errdefs.ErrInvalidArgument)
+	case errors.As(err, &typ):
+		return fmt.Errorf("request body must be a JSON object, not %s: %w", typ.Value, errdefs.ErrInvalidArgument)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("request body is not valid JSON: it ends too early: %w", errdefs.ErrInvalidArgument)
+	default:
+		return fmt.Errorf("request body is not valid JSON: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+}
+
+// jsonKind names a Go kind the way a JSON user thinks of it.
+func jsonKind(kind string) string {
+	switch kind {
+	case "string":
+		return "a string"
+	case "float64", "float32", "int", "int64", "uint32":
+		return "a number"
+	case "bool":
+		return "true or false"
+	case "map", "struct":
+		return "an object"
+	case "slice":
+		return "an array"
+	default:
+		return "a " + kind
+	}
+}
+
+// seconds turns a timeout in seconds into a Duration, rounding fractions
+// up. Nil is zero.
+func seconds(field string, v *float64) (time.Duration, error) {
+	if v == nil {
+		return 0, nil
+	}
+	switch {
+	case *v < 0:
+		return 0, fmt.Errorf("%s %s is negative: %w", field, strconv.FormatFloat(*v, 'f', -1, 64), errdefs.ErrInvalidArgument)
+	case *v > maxTimeoutSeconds:
+		return 0, fmt.Errorf("%s of %s seconds is too long: %w", field, strconv.FormatFloat(*v, 'f', -1, 64), errdefs.ErrInvalidArgument)
+	}
+	return time.Duration(math.Ceil(*v)) * time.Second, nil
+}
+
+// decodeCreate parses and checks a create body.
+func decodeCreate(data []byte) (*createBody, time.Duration, error) {
+	var b createBody
+	if err := decodeJSON(data, &b); err != nil {
+		return nil, 0, err
+	}
+	timeout, err := seconds("timeout", b.Timeout)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(b.VolumeMounts) > 0 {
+		return nil, 0, fmt.Errorf("volume mounts are not supported yet: %w", errdefs.ErrNotSupported)
+	}
+	if b.Network != nil {
+		if err := checkNetwork(b.Network); err != nil {
+			return nil, 0, err
+		}
+	}
+	return &b, timeout, nil
+}
+
+// decodeConnect parses a connect or resume body; an empty one is fine.
+func decodeConnect(data []byte) (time.Duration, error) {
+	var b connectBody
+	if err := decodeJSON(data, &b); err != nil {
+		return 0, err
+	}
+	return seconds("timeout", b.Timeout)
+}
+
+// decodeTimeout parses a set-timeout body, which must name a positive
+// timeout.
+func decodeTimeout(data []byte) (time.Duration, error) {
+	var b timeoutBody
+	if err := decodeJSON(data, &b); err != nil {
+		return 0, err
+	}
+	if b.Timeout == nil {
+		return 0, fmt.Errorf(`request body must be {"timeout": <seconds>}: %w`, errdefs.ErrInvalidArgument)
+	}
+	d, err := seconds("timeout", b.Timeout)
+	if err != nil {
+		return 0, err
+	}
+	if d == 0 {
+		return 0, fmt.Errorf("timeout must be at least 1 second: %w", errdefs.ErrInvalidArgument)
+	}
+	return d, nil
+}
+
+// decodeNetwork parses a network update body into the policy that
+// replaces old's egress settings.
+func decodeNetwork(data []byte, old *NetworkPolicy) (*NetworkPolicy, *bool, error) {
+	var b networkBody
+	if err := decodeJSON(data, &b); err != nil {
+		return nil, nil, err
+	}
+	p := &NetworkPolicy{AllowOut: b.AllowOut, DenyOut: b.DenyOut, Rules: b.Rules}
+	if old != nil {
+		// Who may reach the sandbox's ports is not egress: it stays.
+		p.AllowPublicTraffic, p.MaskRequestHost = old.AllowPublicTraffic, old.MaskRequestHost
+	}
+	if err := checkNetwork(p); err != nil {
+		return nil, nil, err
+	}
+	return p, b.AllowInternetAccess, nil
+}
+
+// checkNetwork checks a network policy and normalizes its entries.
+func checkNetwork(p *NetworkPolicy) error {
+	for i, e := range p.AllowOut {
+		norm, err := egressEntry(e, true)
+		if err != nil {
+			return fmt.Errorf("network.allowOut[%d]: %w", i, err)
+		}
+		p.AllowOut[i] = norm
+	}
+	for i, e := range p.DenyOut {
+		norm, err := egressEntry(e, false)
+		if err != nil {
+			return fmt.Errorf("network.denyOut[%d]: %w", i, err)
+		}
+		p.DenyOut[i] = norm
+	}
+	if len(p.Rules) > 0 && !bytes.Equal(bytes.TrimSpace(p.Rules), []byte("null")) {
+		var rules map[string]json.RawMessage
+		if err := json.Unmarshal(p.Rules, &rules); err != nil {
+			return fmt.Errorf("network.rules must be an object keyed by domain: %w", errdefs.ErrInvalidArgument)
+		}
+	} else {
+		p.Rules = nil
+	}
+	return nil
+}
+
+// egressEntry checks one allowOut or denyOut entry: a CIDR block, an IP,
+// or, where domains are allowed, a domain name with an optional "*."
+// prefix. It returns the entry in canonical form.
+func egressEntry(e string, domains bool) (string, error) {
+	if p, err := netip.ParsePrefix(e); err == nil {
+		return p.Masked().String(), nil
+	}
+	if a, err := netip.ParseAddr(e); err == nil {
+		return a.String(), nil
+	}
+	if !domains {
+		return "", fmt.Errorf("%q is not a CIDR block or an IP address (denyOut takes no domain names): %w", e, errdefs.ErrInvalidArgument)
+	}
+	name := strings.ToLower(strings.TrimSuffix(e, "."))
+	if !validDomain(strings.TrimPrefix(name, "*.")) {
+		return "", fmt.Errorf("%q is not a CIDR block, an IP address or a domain name: %w", e, errdefs.ErrInvalidArgument)
+	}
+	return name, nil
+}
+
+// validDomain reports whether name is a DNS name: dot-separated labels of
+// letters, digits and inner hyphens, at most 253 characters.
+func validDomain(name string) bool {
+	if name == "" || len(name) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(name, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,256 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/lightbearco/tupper/engine"
+)
+
+// The data plane: requests for a sandbox are checked here and then
+// reverse-proxied, bodies streamed both ways and every write flushed at
+// once, so that Connect streams (process output, keepalives, watch
+// events) reach the client as the agent produces them.
+
+// proxyTarget is where a data-plane request goes; it rides in the request's
+// context from the routing code to the proxy's Rewrite.
+type proxyTarget struct {
+	sandboxID string
+	addr      string // host:port inside the sandbox's network
+	// agent is set when addr is the sandbox's agent.
+	agent bool
+	// keepHost keeps the client's Host header, for requests to the
+	// sandbox's own servers through getHost(port).
+	keepHost bool
+}
+
+type targetKey struct{}
+
+func (s *Server) newProxy() *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			t := pr.In.Context().Value(targetKey{}).(*proxyTarget)
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = poolHost(t.sandboxID, t.addr)
+			pr.Out.Host = t.addr
+			if t.keepHost {
+				pr.Out.Host = pr.In.Host
+				pr.SetXForwarded()
+			}
+			for _, h := range routingHeaders {
+				pr.Out.Header.Del(h)
+			}
+		},
+		Transport: s.agents,
+		// Flush every write: streams must not wait in a buffer.
+		FlushInterval: -1,
+		ErrorHandler:  s.proxyError,
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+}
+
+// forward proxies r to t.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *proxyTarget) {
+	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+}
+
+// proxyError answers a request the proxy could not complete. Once the
+// response has started there is nothing to answer: the stream just ends.
+func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	t, _ := r.Context().Value(targetKey{}).(*proxyTarget)
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		s.log.Debug("client went away", "sandbox", t.sandboxID, "path", r.URL.Path)
+		return
+	}
+	var msg string
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED) && t.agent:
+		msg = fmt.Sprintf("sandbox %s: its agent at %s is not running: the sandbox has died or is being killed", t.sandboxID, t.addr)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		msg = fmt.Sprintf("sandbox %s: nothing listens on %s inside the sandbox", t.sandboxID, t.addr)
+	case isTimeout(err):
+		msg = fmt.Sprintf("sandbox %s: %s did not answer in time: the sandbox may be stuck or dead", t.sandboxID, t.addr)
+	default:
+		msg = fmt.Sprintf("sandbox %s: cannot reach %s: %v", t.sandboxID, t.addr, err)
+	}
+	s.log.Warn("data plane request failed", "sandbox", t.sandboxID, "path", r.URL.Path, "err", err)
+	writeDataError(w, r, http.StatusBadGateway, msg)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// serveHeaderRouted serves a request carrying E2b-Sandbox-Id: the SDKs'
+// envd calls (port 49983) and the code interpreter's (49999).
+func (s *Server) serveHeaderRouted(w http.ResponseWriter, r *http.Request, id string) {
+	port, err := sandboxPort(r)
+	if err != nil {
+		writeDataError(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	s.serveSandbox(w, r, id, port, false)
+}
+
+// serveHostRouted serves a request whose Host names a sandbox port.
+func (s *Server) serveHostRouted(w http.ResponseWriter, r *http.Request, t hostTarget) {
+	s.serveSandbox(w, r, t.id, t.port, true)
+}
+
+// serveSandbox checks a request for port of sandbox id and proxies it.
+func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string, port int, byHost bool) {
+	if port == agentPort {
+		if status, msg := checkAgentPath(r.URL.Path); status != 0 {
+			writeDataError(w, r, status, msg)
+			return
+		}
+	}
+	sb, err := s.lookup(r.Context(), id)
+	if err != nil {
+		s.sandboxGone(w, r, id, err)
+		return
+	}
+	if port == agentPort {
+		err = s.authorizeAgent(r, sb)
+	} else {
+		err = s.authorizePort(r, sb)
+	}
+	if err != nil {
+		writeDataError(w, r, http.StatusUnauthorized, err.Error())
+		return
+	}
+	// The agent is where the backend says; the sandbox's other ports are
+	// on the same address.
+	addr := sb.AgentAddr
+	if port != agentPort {
+		host, _, err := net.SplitHostPort(sb.AgentAddr)
+		if err != nil {
+			writeDataError(w, r, http.StatusBadGateway, fmt.Sprintf("sandbox %s has a bad agent address %q", id, sb.AgentAddr))
+			return
+		}
+		addr = net.JoinHostPort(host, strconv.Itoa(port))
+	}
+	s.forward(w, r, &proxyTarget{sandboxID: id, addr: addr, agent: port == agentPort, keepHost: byHost && port != agentPort})
+}
+
+// sandboxGone answers a data-plane request for a sandbox the engine does
+// not run. It is 502 on every path, as E2B's proxy answers: the SDKs read
+// 502 (and Connect's "unavailable") as "the sandbox is not running",
+// whereas a 404 would read as "file not found" or "unimplemented".
+func (s *Server) sandboxGone(w http.ResponseWriter, r *http.Request, id string, err error) {
+	if !isNotFound(err) {
+		s.log.Error("look up sandbox", "sandbox", id, "err", err)
+		writeDataError(w, r, statusOf(err), fmt.Sprintf("sandbox %s: %v", id, err))
+		return
+	}
+	writeDataError(w, r, http.StatusBadGateway, fmt.Sprintf("sandbox %s is not running: it is unknown, was killed or timed out", id))
+}
+
+// authorizeAgent checks a request for the agent's port. The agent checks
+// again; this check keeps requests without the sandbox's own token from
+// reaching it at all. /health stays open, as on the agent, and /files
+// also takes a URL signed with the token.
+func (s *Server) authorizeAgent(r *http.Request, sb *engine.Sandbox) error {
+	got, has := r.Header[http.CanonicalHeaderKey(headerAccessToken)]
+	if has {
+		if len(got) != 1 || !tokenEqual(got[0], sb.AccessToken) {
+			return fmt.Errorf("%s does not match sandbox %s", headerAccessToken, sb.ID)
+		}
+		return nil
+	}
+	switch r.URL.Path {
+	case "/health":
+		return nil
+	case "/files":
+		if !r.URL.Query().Has("signature") {
+			break
+		}
+		sf, err := parseSignedFiles(r.Method, r.URL.Query())
+		if err != nil {
+			return err
+		}
+		if !sf.signedBy(sb.AccessToken) {
+			return fmt.Errorf("the URL's signature was not made for sandbox %s", sb.ID)
+		}
+		if sf.expired(time.Now()) {
+			return errExpired(sf)
+		}
+		return nil
+	}
+	return fmt.Errorf("missing %s header: data-plane calls need the sandbox's envdAccessToken", headerAccessToken)
+}
+
+// authorizePort checks a request for a port other than the agent's. Like
+// E2B, ports are public unless the sandbox's network policy sets
+// allowPublicTraffic to false; then the request needs the sandbox's traffic
+// access token (or its envd access token).
+func (s *Server) authorizePort(r *http.Request, sb *engine.Sandbox) error {
+	ex, err := s.extras.get(r.Context(), sb.ID)
+	if err != nil {
+		return err
+	}
+	if ex.Network.publicTraffic() {
+		return nil
+	}
+	if tok := r.Header.Get(headerTrafficToken); tok != "" && tokenEqual(tok, trafficToken(sb.AccessToken)) {
+		return nil
+	}
+	if tok := r.Header.Get(headerAccessToken); tok != "" && tokenEqual(tok, sb.AccessToken) {
+		return nil
+	}
+	return fmt.Errorf("sandbox %s does not allow public traffic: send its trafficAccessToken in %s", sb.ID, headerTrafficToken)
+}
+
+// serveSigned serves a signed /files URL without routing headers.
+func (s *Server) serveSigned(w http.ResponseWriter, r *http.Request) {
+	sf, err := parseSignedFiles(r.Method, r.URL.Query())
+	if err != nil {
+		writeDataError(w, r, statusOf(err), err.Error())
+		return
+	}
+	id, err := s.signed.find(r.Context(), sf)
+	if err != nil {
+		writeDataError(w, r, statusOf(err), err.Error())
+		return
+	}
+	if sf.expired(time.Now()) {
+		writeDataError(w, r, http.StatusUnauthorized, errExpired(sf).Error())
+		return
+	}
+	sb, err := s.lookup(r.Context(), id)
+	if err != nil {
+		s.signed.remove(id)
+		s.sandboxGone(w, r, id, err)
+		return
+	}
+	s.forward(w, r, &proxyTarget{sandboxID: id, addr: sb.AgentAddr, agent: true})
+}
+
+func errExpired(sf *signedFiles) error {
+	return fmt.Errorf("the URL's signature expired at %s", time.Unix(sf.Expiration, 0).UTC().Format(time.RFC3339))
+}
+
+func tokenEqual(got, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// trafficToken derives a sandbox's traffic access token, which opens its
+// exposed ports when public traffic is off, from its envd access token.
+// Derived rather than stored, it cannot be turned back into the envd
+// token, which grants far more.
+func trafficToken(accessToken string) string {
+	sum := sha256.Sum256([]byte("tupper traffic token v1\x00" + accessToken))
+	return hex.EncodeToString(sum[:20])
+}

@@ -1,0 +1,64 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/lightbearco/tupper/engine"
+)
+
+// handleCreate serves POST /sandboxes and POST /v2/sandboxes: it boots a
+// sandbox and answers 201 once its agent serves, since the SDKs use it at
+// once.
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+	data, err := readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	b, timeout, err := decodeCreate(data)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.engine.Create(r.Context(), engine.CreateOptions{
+		Template: b.TemplateID, Timeout: timeout, Metadata: b.Metadata, Env: b.EnvVars,
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	log := s.log.With("sandbox", sb.ID, "op", "create")
+	ex := &sandboxExtras{
+		Network: b.Network, AllowInternetAccess: b.AllowInternetAccess, Secure: b.Secure,
+		AutoPause: b.AutoPause != nil && *b.AutoPause,
+	}
+	if *ex != (sandboxExtras{}) {
+		if err := s.extras.put(r.Context(), sb.ID, ex); err != nil {
+			// A sandbox whose settings were lost must not be handed
+			// out as if they held.
+			s.killQuietly(sb.ID, "its settings could not be saved")
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	if ex.AutoPause {
+		log.Warn("autoPause requested: sandboxes are killed at their timeout, since pausing is not supported yet")
+	}
+	if ex.Network != nil || ex.AllowInternetAccess != nil {
+		log.Info("network settings recorded", "network", ex.Network, "allowInternetAccess", ex.AllowInternetAccess)
+	}
+	s.signed.add(sb.ID, sb.AccessToken)
+	writeJSON(w, http.StatusCreated, s.sandboxJSON(sb, ex))
+}
+
+// killQuietly kills a sandbox the server cannot hand out, on its own
+// context: the request that made it may be gone.
+func (s *Server) killQuietly(id, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.engine.Kill(ctx, id); err != nil && !isNotFound(err) {
+		s.log.Error("kill sandbox", "sandbox", id, "reason", reason, "err", err)
+	}
+}

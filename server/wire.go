@@ -1,0 +1,151 @@
+package server
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/lightbearco/tupper/engine"
+	"github.com/lightbearco/tupper/proto"
+)
+
+// The control plane's response bodies, in the E2B API's field names
+// (shared/specs/e2b-wire.md §2). Fields the Python SDK requires are never
+// omitted.
+
+// clientID is the constant "client" every sandbox is reported on; the
+// Python SDK requires the field.
+const clientID = "tupper"
+
+// sandboxJSON answers create and connect.
+type sandboxJSON struct {
+	TemplateID         string  `json:"templateID"`
+	SandboxID          string  `json:"sandboxID"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	Alias              string  `json:"alias,omitempty"`
+	EnvdAccessToken    string  `json:"envdAccessToken,omitempty"`
+	Domain             string  `json:"domain"`
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+}
+
+// listedSandboxJSON is one entry of a listing.
+type listedSandboxJSON struct {
+	TemplateID   string            `json:"templateID"`
+	Alias        string            `json:"alias,omitempty"`
+	SandboxID    string            `json:"sandboxID"`
+	ClientID     string            `json:"clientID"`
+	StartedAt    time.Time         `json:"startedAt"`
+	EndAt        time.Time         `json:"endAt"`
+	CPUCount     int               `json:"cpuCount"`
+	MemoryMB     int               `json:"memoryMB"`
+	DiskSizeMB   int               `json:"diskSizeMB"`
+	Metadata     map[string]string `json:"metadata"`
+	State        string            `json:"state"`
+	EnvdVersion  string            `json:"envdVersion"`
+	VolumeMounts []volumeMount     `json:"volumeMounts"`
+}
+
+// sandboxDetailJSON answers GET /sandboxes/{id}.
+type sandboxDetailJSON struct {
+	listedSandboxJSON
+	Domain              string         `json:"domain"`
+	EnvdAccessToken     string         `json:"envdAccessToken,omitempty"`
+	AllowInternetAccess *bool          `json:"allowInternetAccess,omitempty"`
+	Network             *NetworkPolicy `json:"network,omitempty"`
+	Lifecycle           lifecycleJSON  `json:"lifecycle"`
+}
+
+// lifecycleJSON says what happens when a sandbox's time is up. Without a
+// pausing backend it is always killed, whatever the create asked for.
+type lifecycleJSON struct {
+	OnTimeout  string `json:"onTimeout"`
+	AutoResume bool   `json:"autoResume"`
+}
+
+type volumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+// metricJSON is one sample of GET /sandboxes/{id}/metrics.
+type metricJSON struct {
+	Timestamp     time.Time `json:"timestamp"`
+	TimestampUnix int64     `json:"timestampUnix"`
+	CPUCount      int       `json:"cpuCount"`
+	CPUUsedPct    float64   `json:"cpuUsedPct"`
+	MemUsed       uint64    `json:"memUsed"`
+	MemTotal      uint64    `json:"memTotal"`
+	DiskUsed      uint64    `json:"diskUsed"`
+	DiskTotal     uint64    `json:"diskTotal"`
+}
+
+// agentMetrics is the body of the agent's GET /metrics, in envd's names.
+type agentMetrics struct {
+	Timestamp  int64   `json:"ts"`
+	CPUCount   int     `json:"cpu_count"`
+	CPUUsedPct float64 `json:"cpu_used_pct"`
+	MemTotal   uint64  `json:"mem_total"`
+	MemUsed    uint64  `json:"mem_used"`
+	DiskUsed   uint64  `json:"disk_used"`
+	DiskTotal  uint64  `json:"disk_total"`
+}
+
+// NetworkPolicy is a sandbox's network settings as the E2B API carries them
+// (shared/specs/e2b-wire.md §7). The server stores it; enforcing it is the
+// engine's and the network package's business.
+type NetworkPolicy struct {
+	// AllowOut lists CIDR blocks, IPs or domain names ("example.com",
+	// "*.example.com") the sandbox may reach; it wins over DenyOut.
+	AllowOut []string `json:"allowOut,omitempty"`
+	// DenyOut lists CIDR blocks or IPs the sandbox may not reach;
+	// "0.0.0.0/0" blocks all egress.
+	DenyOut []string `json:"denyOut,omitempty"`
+	// AllowPublicTraffic, when false, makes the sandbox's exposed ports
+	// need its traffic access token. Nil means true.
+	AllowPublicTraffic *bool `json:"allowPublicTraffic,omitempty"`
+	// MaskRequestHost rewrites the Host header of requests to exposed
+	// ports; stored, not applied yet.
+	MaskRequestHost *string `json:"maskRequestHost,omitempty"`
+	// Rules are per-domain request transforms, kept as sent.
+	Rules json.RawMessage `json:"rules,omitempty"`
+}
+
+// publicTraffic reports whether the sandbox's exposed ports are open
+// without a token.
+func (p *NetworkPolicy) publicTraffic() bool {
+	return p == nil || p.AllowPublicTraffic == nil || *p.AllowPublicTraffic
+}
+
+func (s *Server) sandboxJSON(sb *engine.Sandbox, ex *sandboxExtras) sandboxJSON {
+	out := sandboxJSON{
+		TemplateID: sb.TemplateID, SandboxID: sb.ID, ClientID: clientID, EnvdVersion: proto.EnvdVersion,
+		Alias: sb.TemplateID, EnvdAccessToken: sb.AccessToken, Domain: s.cfg.Domain,
+	}
+	if !ex.Network.publicTraffic() {
+		tok := trafficToken(sb.AccessToken)
+		out.TrafficAccessToken = &tok
+	}
+	return out
+}
+
+func listedJSON(sb *engine.Sandbox) listedSandboxJSON {
+	md := sb.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return listedSandboxJSON{
+		TemplateID: sb.TemplateID, Alias: sb.TemplateID, SandboxID: sb.ID, ClientID: clientID,
+		StartedAt: sb.StartedAt.UTC(), EndAt: sb.EndAt.UTC(),
+		CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.MemoryMB,
+		Metadata: md, State: sb.State, EnvdVersion: proto.EnvdVersion, VolumeMounts: []volumeMount{},
+	}
+}
+
+func (s *Server) detailJSON(sb *engine.Sandbox, ex *sandboxExtras) sandboxDetailJSON {
+	return sandboxDetailJSON{
+		listedSandboxJSON: listedJSON(sb),
+		Domain:            s.cfg.Domain, EnvdAccessToken: sb.AccessToken,
+		AllowInternetAccess: ex.AllowInternetAccess, Network: ex.Network,
+		Lifecycle: lifecycleJSON{OnTimeout: "kill"},
+	}
+}
