@@ -1,0 +1,200 @@
+// Package gvisor is the gVisor backend: each sandbox is a runsc sandbox on
+// the systrap platform, with the agent as its first process, a copy-on-write
+// view of the shared image, its own network namespace from package network,
+// and cgroup limits.
+//
+// Everything the backend makes lives under Config.Root:
+//
+//	<Root>/runsc/            runsc's --root: the state of this backend's containers only
+//	<Root>/sandboxes/<id>/   one bundle per sandbox:
+//	    config.json          the OCI spec
+//	    rootfs/, ovl/        the host overlay of the image that runsc takes as root
+//	    upper/               where runsc's overlay puts its (unlinked) filestore
+//	    tmp/                 the sandbox's /tmp
+//	    console.log          runsc's messages and the agent's stdout and stderr
+//	    sandbox.json, pid    what Start returned, for diagnostics and Stats
+//	<Root>/net/              the network pool (netns bind mounts, leases)
+//
+// plus a cgroup <CgroupParent>/<id> in each hierarchy, a veth pair per
+// sandbox, and runsc's host-wide --shared-root (Config.SharedRoot). A
+// bundle directory is the mark of a sandbox this backend owns: Start makes
+// it first and Stop removes it last.
+//
+// Limits: memory and CPU are the cgroup's, set by runsc from the OCI spec
+// on cgroup v1 or v2; a sandbox over its memory limit is OOM-killed whole.
+// Pids is enforced inside the sandbox as RLIMIT_NPROC, so that a fork bomb
+// gets EAGAIN rather than killing the sandbox; the host cgroup's pids limit
+// sits well above it as a backstop (see hostTasksPerTask).
+//
+// Importing the package registers it as "gvisor" (see register.go).
+package gvisor
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/network"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultPlatform     = "systrap"
+	DefaultCgroupParent = "tupper"
+	DefaultCPUs         = 1.0
+	DefaultMemoryBytes  = 1 << 30
+	DefaultPids         = 1024
+	DefaultSharedRoot   = "/run/tupper/runsc-shared"
+	// FallbackRunscPath is where runsc is looked for last.
+	FallbackRunscPath = "/usr/local/bin/runsc"
+	// RunscEnv names the environment variable that points at runsc.
+	RunscEnv = "TUPPER_RUNSC"
+)
+
+// Config configures a Backend.
+type Config struct {
+	// RunscPath is the runsc binary. Empty means $TUPPER_RUNSC, then runsc
+	// on $PATH, then /usr/local/bin/runsc.
+	RunscPath string
+	// Root is the directory the backend owns for its state. Required and
+	// absolute; two backends must never share one.
+	Root string
+	// Platform is runsc's platform: systrap (the default), ptrace or kvm.
+	Platform string
+	// Network configures the sandboxes' address pool. Its Dir defaults to
+	// <Root>/net and its Logger to Logger.
+	Network network.Config
+	// Logger receives the backend's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// SharedRoot is runsc's --shared-root: host-wide state that all
+	// sandboxes may share, today only the bind mount of the empty network
+	// namespace that every gofer joins. It sits outside Root so that Root
+	// holds no mount once its sandboxes are gone. Empty means
+	// DefaultSharedRoot.
+	SharedRoot string
+	// Debug turns on runsc's debug logs, written under <Root>/debug/.
+	Debug bool
+	// RunscFlags are extra global runsc flags, such as "--host-settings=ignore".
+	RunscFlags []string
+	// CgroupParent is the cgroup, relative to each hierarchy's root, under
+	// which each sandbox gets <CgroupParent>/<id>. Empty means "tupper".
+	CgroupParent string
+	// OverlaySize caps each sandbox's copy-on-write layer, in runsc's
+	// size syntax ("10g"). Empty means runsc's default.
+	OverlaySize string
+	// DefaultCPUs, DefaultMemoryBytes and DefaultPids replace the zero
+	// fields of a Spec's Resources. Zero means 1 CPU, 1 GiB and 1024.
+	DefaultCPUs        float64
+	DefaultMemoryBytes int64
+	DefaultPids        int64
+}
+
+var (
+	platforms       = map[string]bool{"systrap": true, "ptrace": true, "kvm": true}
+	cgroupPattern   = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
+	overlaySizeExpr = regexp.MustCompile(`^[0-9]+[kKmMgGtT]?$`)
+)
+
+// Validate reports whether c can make a Backend; zero optional fields are
+// fine. Its errors are of class errdefs.ErrInvalidArgument. It does not look
+// for runsc; New does.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Root == "" {
+		errs = append(errs, errors.New("Root is required"))
+	} else if !filepath.IsAbs(c.Root) {
+		errs = append(errs, fmt.Errorf("Root %q must be absolute", c.Root))
+	}
+	if c.Platform != "" && !platforms[c.Platform] {
+		errs = append(errs, fmt.Errorf("Platform %q: want systrap, ptrace or kvm", c.Platform))
+	}
+	if c.SharedRoot != "" && !filepath.IsAbs(c.SharedRoot) {
+		errs = append(errs, fmt.Errorf("SharedRoot %q must be absolute", c.SharedRoot))
+	}
+	if c.RunscPath != "" && !filepath.IsAbs(c.RunscPath) {
+		errs = append(errs, fmt.Errorf("RunscPath %q must be absolute", c.RunscPath))
+	}
+	if c.CgroupParent != "" && (!cgroupPattern.MatchString(c.CgroupParent) || path.Clean(c.CgroupParent) != c.CgroupParent || strings.Contains("/"+c.CgroupParent+"/", "/../")) {
+		errs = append(errs, fmt.Errorf("CgroupParent %q must be a relative cgroup path", c.CgroupParent))
+	}
+	if c.OverlaySize != "" && !overlaySizeExpr.MatchString(c.OverlaySize) {
+		errs = append(errs, fmt.Errorf("OverlaySize %q: want a number with an optional k, m, g or t", c.OverlaySize))
+	}
+	if c.DefaultCPUs < 0 || c.DefaultMemoryBytes < 0 || c.DefaultPids < 0 {
+		errs = append(errs, errors.New("default resources must not be negative"))
+	}
+	if c.Network.Dir != "" || filepath.IsAbs(c.Root) {
+		n := c.withDefaults().Network
+		if err := n.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("gvisor config: %w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+// withDefaults returns c with its zero fields filled in. It does not look
+// for runsc.
+func (c Config) withDefaults() Config {
+	if c.Platform == "" {
+		c.Platform = DefaultPlatform
+	}
+	if c.SharedRoot == "" {
+		c.SharedRoot = DefaultSharedRoot
+	}
+	if c.CgroupParent == "" {
+		c.CgroupParent = DefaultCgroupParent
+	}
+	if c.DefaultCPUs == 0 {
+		c.DefaultCPUs = DefaultCPUs
+	}
+	if c.DefaultMemoryBytes == 0 {
+		c.DefaultMemoryBytes = DefaultMemoryBytes
+	}
+	if c.DefaultPids == 0 {
+		c.DefaultPids = DefaultPids
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Network.Dir == "" && c.Root != "" {
+		c.Network.Dir = filepath.Join(c.Root, "net")
+	}
+	if c.Network.Logger == nil {
+		c.Network.Logger = c.Logger
+	}
+	return c
+}
+
+// FindRunsc returns the runsc binary to use when Config.RunscPath is empty:
+// $TUPPER_RUNSC, then runsc on $PATH, then /usr/local/bin/runsc. It fails
+// with errdefs.ErrUnavailable when none exists.
+func FindRunsc() (string, error) {
+	if p := os.Getenv(RunscEnv); p != "" {
+		return checkExecutable(p)
+	}
+	if p, err := exec.LookPath("runsc"); err == nil {
+		return filepath.Abs(p)
+	}
+	return checkExecutable(FallbackRunscPath)
+}
+
+func checkExecutable(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("runsc %s: %w: %w", path, errdefs.ErrUnavailable, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("runsc %s: not an executable file: %w", path, errdefs.ErrUnavailable)
+	}
+	return path, nil
+}

@@ -1,0 +1,55 @@
+//go:build linux
+
+package gvisor_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+
+	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/backendtest"
+	"github.com/lightbearco/tupper/backend/gvisor"
+	"github.com/lightbearco/tupper/internal/testutil"
+)
+
+// TestConformance runs the shared backend conformance suite against gVisor
+// with the real agent and the Debian test image.
+func TestConformance(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for runsc, cgroups and network namespaces")
+	}
+	if _, err := gvisor.FindRunsc(); err != nil {
+		t.Skipf("runsc not found: %v (set %s)", err, gvisor.RunscEnv)
+	}
+	if testing.Short() {
+		t.Skip("short mode: the conformance suite boots gVisor sandboxes")
+	}
+	backendtest.Run(t, backendtest.Config{
+		NewBackend: func(t *testing.T) backend.Backend {
+			b, err := gvisor.New(gvisor.Config{
+				Root:   t.TempDir(),
+				Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				ctx := context.Background()
+				ids, err := b.List(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				for _, id := range ids {
+					if err := b.Stop(ctx, id); err != nil {
+						t.Errorf("cleanup: Stop(%s): %v", id, err)
+					}
+				}
+			})
+			return b
+		},
+		RootFS:    testutil.TestRootFS(t),
+		AgentPath: testutil.AgentBinary(t),
+	})
+}

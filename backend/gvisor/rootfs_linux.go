@@ -1,0 +1,115 @@
+package gvisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// A sandbox's root filesystem has two copy-on-write layers, each for a
+// reason of its own.
+//
+// The outer one is a host overlayfs at <bundle>/rootfs: the shared image as
+// its only lower layer, upper and work dirs in the bundle. It exists for
+// runsc's gofer, which bind-mounts each of the spec's bind mounts (the
+// agent, /tmp) into the root on the host side and first creates any mount
+// point the image lacks. Without this layer those mount points would be
+// written into the shared image. Nothing else reaches its upper layer.
+//
+// The inner one is runsc's own overlay (see Backend.overlayFlag), which
+// takes every write the sandbox makes.
+
+// rootfsErr wraps errors about the rootfs mount.
+func rootfsErr(dir string, err error) error {
+	return fmt.Errorf("rootfs %s: %w", filepath.Join(dir, rootfsDir), err)
+}
+
+// mountRootFS mounts the overlay of image at <dir>/rootfs and returns its
+// path.
+func mountRootFS(image, dir string) (string, error) {
+	target := filepath.Join(dir, rootfsDir)
+	upper := filepath.Join(dir, overlayDir, "upper")
+	work := filepath.Join(dir, overlayDir, "work")
+	for _, d := range []string{target, upper, work} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return "", rootfsErr(dir, err)
+		}
+	}
+	// overlayfs shows the upper dir's owner and mode on the merged root:
+	// they must be the image's, or / is root's 0700 to everyone else.
+	var st unix.Stat_t
+	if err := unix.Stat(image, &st); err != nil {
+		return "", rootfsErr(dir, err)
+	}
+	if err := unix.Chown(upper, int(st.Uid), int(st.Gid)); err != nil {
+		return "", rootfsErr(dir, err)
+	}
+	if err := unix.Chmod(upper, st.Mode&0o7777); err != nil {
+		return "", rootfsErr(dir, err)
+	}
+	opts := "lowerdir=" + image + ",upperdir=" + upper + ",workdir=" + work
+	if err := unix.Mount("overlay", target, "overlay", unix.MS_NODEV, opts); err != nil {
+		return "", rootfsErr(dir, fmt.Errorf("mount overlay: %w", err))
+	}
+	return target, nil
+}
+
+// unmountRootFS unmounts <dir>/rootfs; nothing mounted there is fine.
+func unmountRootFS(dir string) error {
+	target := filepath.Join(dir, rootfsDir)
+	for range 16 {
+		err := unix.Unmount(target, unix.MNT_DETACH)
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return rootfsErr(dir, fmt.Errorf("unmount: %w", err))
+	}
+	return rootfsErr(dir, errors.New("still mounted after 16 unmounts"))
+}
+
+// removeBundle removes the bundle directory dir, but never while something
+// is mounted below it: removing a mounted rootfs would recurse into it.
+func removeBundle(dir string) error {
+	mounted, err := mountsBelow(dir)
+	if err != nil {
+		return err
+	}
+	if len(mounted) > 0 {
+		return fmt.Errorf("bundle %s: not removed, mounts remain: %v", dir, mounted)
+	}
+	return os.RemoveAll(dir)
+}
+
+// mountsBelow returns the mount points at or under dir.
+func mountsBelow(dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	dir = filepath.Clean(dir)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMountPath(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, nil
+}
+
+// overlayUnsafe reports whether path cannot be given to overlayfs as a
+// lower layer: its option syntax gives ',' ':' and '\' a meaning.
+func overlayUnsafe(path string) bool {
+	return strings.ContainsAny(path, ",:\\")
+}

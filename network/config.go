@@ -1,0 +1,231 @@
+// Package network gives each sandbox its own network namespace, joined to the
+// host by a veth pair, with addresses from a pool of /30 subnets.
+//
+// For a sandbox id a Pool makes:
+//
+//   - a network namespace, bind-mounted at <Dir>/netns/<id>, whose loopback is
+//     up and whose only other interface is eth0 with the sandbox address
+//     (.2 of the /30) and a default route via the host side;
+//   - a veth pair: the host side, named from a hash of the pool and the id
+//     (see HostIfName), carries the host address (.1 of the /30); its peer is
+//     eth0 inside the namespace;
+//   - a lease file, <Dir>/leases/<id>, recording the /30.
+//
+// The host reaches the sandbox at its address over the veth. The sandbox has
+// no way further than the host side of its veth: the pool sets up no NAT and
+// turns IPv4 forwarding off on the host side of each veth, and IPv6 is off on
+// both sides. Egress rules are the job of a Policy (see Config.Policy).
+//
+// A Pool is safe for concurrent use, and several processes may use pools of
+// the same subnet at once: addresses are picked under an flock on a lock file
+// that is per subnet and host-wide (Config.LockPath), and a /30 counts as
+// taken when any host interface carries an address in it or a lease of this
+// pool names it.
+package network
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/lightbearco/tupper/errdefs"
+)
+
+// DefaultSubnet is the pool of addresses used when Config.Subnet is unset.
+var DefaultSubnet = netip.MustParsePrefix("10.213.0.0/16")
+
+// DefaultIfPrefix starts the names of host-side interfaces when
+// Config.IfPrefix is unset.
+const DefaultIfPrefix = "tp"
+
+// SandboxIfName is the name of the sandbox's interface inside its namespace.
+const SandboxIfName = "eth0"
+
+// Config configures a Pool.
+type Config struct {
+	// Dir holds the pool's state: netns/<id> bind mounts and leases/<id>
+	// files. Required. Two pools must not share one Dir.
+	Dir string
+	// Subnet is split into /30s, one per sandbox. Empty means
+	// DefaultSubnet. IPv4 only, a /8 to /30.
+	Subnet netip.Prefix
+	// LockPath is the file locked while picking a /30. Every pool on the
+	// host that uses the same Subnet must use the same LockPath, since the
+	// kernel's addresses are host-wide, not per Dir. Empty means
+	// DefaultLockPath(Subnet).
+	LockPath string
+	// IfPrefix starts every host-side interface name: 1 to 3 characters of
+	// [a-z0-9]. Empty means DefaultIfPrefix.
+	IfPrefix string
+	// Policy, when set, is applied to every endpoint after it is made and
+	// removed before it is torn down. Nil means no egress at all: the
+	// sandbox reaches only the host side of its own veth.
+	Policy Policy
+	// Logger receives the pool's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Policy controls what a sandbox may reach beyond the host side of its veth.
+// It is the extension point for egress rules (firewall, NAT, DNS); the pool
+// itself never forwards traffic.
+//
+// Apply is called once the endpoint exists, with the pool's lock not held;
+// an error fails the Setup, which then calls Remove and tears the endpoint
+// down. Remove must be idempotent: Teardown calls it for endpoints that may
+// never have had a policy applied, for example after a crash.
+type Policy interface {
+	Apply(ctx context.Context, ep *Endpoint) error
+	Remove(ctx context.Context, ep *Endpoint) error
+}
+
+// Endpoint is one sandbox's network: what the backend puts in the sandbox's
+// spec and how the host reaches it.
+type Endpoint struct {
+	// ID is the sandbox id.
+	ID string `json:"id"`
+	// NetNSPath is the bind-mounted network namespace, for the OCI spec's
+	// linux.namespaces entry.
+	NetNSPath string `json:"netns"`
+	// HostIf is the name of the host side of the veth pair.
+	HostIf string `json:"hostIf"`
+	// HostAddr is the host side's address with the /30 prefix length.
+	HostAddr netip.Prefix `json:"hostAddr"`
+	// SandboxAddr is eth0's address inside the namespace, with the /30
+	// prefix length. The sandbox's agent is reached at SandboxAddr.Addr().
+	SandboxAddr netip.Prefix `json:"sandboxAddr"`
+}
+
+// DefaultLockPath returns the host-wide lock file for pools of subnet.
+func DefaultLockPath(subnet netip.Prefix) string {
+	name := strings.NewReplacer(".", "-", "/", "_").Replace(subnet.Masked().String())
+	return filepath.Join("/run/tupper", "netpool-"+name+".lock")
+}
+
+var (
+	idPattern       = regexp.MustCompile(`^[a-z0-9-]{1,40}$`)
+	ifPrefixPattern = regexp.MustCompile(`^[a-z0-9]{1,3}$`)
+)
+
+// ValidateID reports an errdefs.ErrInvalidArgument error unless id is a valid
+// sandbox id: 1 to 40 characters of [a-z0-9-].
+func ValidateID(id string) error {
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("sandbox id %q: must be 1 to 40 characters of [a-z0-9-]: %w", id, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// withDefaults returns c with empty fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if !c.Subnet.IsValid() {
+		c.Subnet = DefaultSubnet
+	}
+	c.Subnet = c.Subnet.Masked()
+	if c.LockPath == "" {
+		c.LockPath = DefaultLockPath(c.Subnet)
+	}
+	if c.IfPrefix == "" {
+		c.IfPrefix = DefaultIfPrefix
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports whether c can make a Pool; unset optional fields are
+// fine. Its errors are of class errdefs.ErrInvalidArgument.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Dir == "" {
+		errs = append(errs, errors.New("Dir is required"))
+	} else if !filepath.IsAbs(c.Dir) {
+		errs = append(errs, fmt.Errorf("Dir %q must be absolute", c.Dir))
+	}
+	if c.Subnet.IsValid() {
+		if !c.Subnet.Addr().Is4() {
+			errs = append(errs, fmt.Errorf("Subnet %s must be IPv4", c.Subnet))
+		} else if b := c.Subnet.Bits(); b < 8 || b > 30 {
+			errs = append(errs, fmt.Errorf("Subnet %s must be a /8 to /30", c.Subnet))
+		}
+	}
+	if c.LockPath != "" && !filepath.IsAbs(c.LockPath) {
+		errs = append(errs, fmt.Errorf("LockPath %q must be absolute", c.LockPath))
+	}
+	if c.IfPrefix != "" && !ifPrefixPattern.MatchString(c.IfPrefix) {
+		errs = append(errs, fmt.Errorf("IfPrefix %q must be 1 to 3 characters of [a-z0-9]", c.IfPrefix))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("network config: %w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+// HostIfName returns the name of the host side of the veth pair of sandbox
+// id in the pool kept in dir: prefix and 12 hex digits of a hash of both, at
+// most 15 characters as Linux requires. The pool's dir is part of the hash
+// so that two pools (a daemon and a test, say) may hold the same id.
+func HostIfName(prefix, dir, id string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(dir) + "\x00" + id))
+	return prefix + hex.EncodeToString(sum[:6])
+}
+
+// ifAlias is the alias set on a host-side interface. It names the pool and
+// the id so that List finds interfaces whose lease is lost.
+func ifAlias(dir, id string) string {
+	return "tupper:" + id + "@" + filepath.Clean(dir)
+}
+
+// parseIfAlias returns the id in alias when alias belongs to the pool in dir.
+func parseIfAlias(alias, dir string) (string, bool) {
+	rest, ok := strings.CutPrefix(alias, "tupper:")
+	if !ok {
+		return "", false
+	}
+	id, d, ok := strings.Cut(rest, "@")
+	if !ok || d != filepath.Clean(dir) || ValidateID(id) != nil {
+		return "", false
+	}
+	return id, true
+}
+
+// slot returns the n-th /30 of subnet as the host and sandbox prefixes, and
+// false when subnet has no n-th /30.
+func slot(subnet netip.Prefix, n int) (host, sandbox netip.Prefix, ok bool) {
+	if n < 0 || n >= slots(subnet) {
+		return netip.Prefix{}, netip.Prefix{}, false
+	}
+	b := subnet.Masked().Addr().As4()
+	base := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	base += uint32(n) * 4
+	addr := func(v uint32) netip.Addr {
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	}
+	return netip.PrefixFrom(addr(base+1), 30), netip.PrefixFrom(addr(base+2), 30), true
+}
+
+// slots returns how many /30s subnet holds.
+func slots(subnet netip.Prefix) int {
+	return 1 << (30 - subnet.Bits())
+}
+
+// slotOf returns the index of the /30 of subnet that holds a, and false when
+// subnet does not hold a.
+func slotOf(subnet netip.Prefix, a netip.Addr) (int, bool) {
+	a = a.Unmap()
+	if !a.Is4() || !subnet.Contains(a) {
+		return 0, false
+	}
+	s := subnet.Masked().Addr().As4()
+	v := a.As4()
+	diff := (uint32(v[0])<<24 | uint32(v[1])<<16 | uint32(v[2])<<8 | uint32(v[3])) -
+		(uint32(s[0])<<24 | uint32(s[1])<<16 | uint32(s[2])<<8 | uint32(s[3]))
+	return int(diff / 4), true
+}

@@ -1,0 +1,443 @@
+package network
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/lightbearco/tupper/errdefs"
+)
+
+// Pool makes and removes sandbox network endpoints. It is safe for
+// concurrent use; callers must not Setup and Teardown the same id at once.
+type Pool struct {
+	cfg      Config
+	log      *slog.Logger
+	netnsDir string
+	leaseDir string
+}
+
+// New makes a Pool from cfg, creating its directories. It needs root (more
+// precisely CAP_NET_ADMIN and CAP_SYS_ADMIN) only once endpoints are made.
+func New(cfg Config) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	cfg.Dir = filepath.Clean(cfg.Dir)
+	p := &Pool{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		netnsDir: filepath.Join(cfg.Dir, "netns"),
+		leaseDir: filepath.Join(cfg.Dir, "leases"),
+	}
+	for _, d := range []string{p.netnsDir, p.leaseDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("network pool: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// Subnet returns the subnet the pool hands out /30s from.
+func (p *Pool) Subnet() netip.Prefix { return p.cfg.Subnet }
+
+// NetNSPath returns where the namespace of sandbox id is (or would be)
+// bind-mounted.
+func (p *Pool) NetNSPath(id string) string { return filepath.Join(p.netnsDir, id) }
+
+func (p *Pool) leasePath(id string) string { return filepath.Join(p.leaseDir, id) }
+
+func (p *Pool) hostIf(id string) string { return HostIfName(p.cfg.IfPrefix, p.cfg.Dir, id) }
+
+// Setup makes the network of sandbox id and returns it. It fails with
+// errdefs.ErrAlreadyExists when the pool holds anything for id, and with
+// errdefs.ErrResourceExhausted when no /30 is free. A failed Setup leaves
+// nothing behind. ctx bounds the call only.
+func (p *Pool) Setup(ctx context.Context, id string) (_ *Endpoint, retErr error) {
+	if err := ValidateID(id); err != nil {
+		return nil, err
+	}
+	begin := time.Now()
+	log := p.log.With("sandbox", id, "op", "network-setup")
+	ep := &Endpoint{ID: id, NetNSPath: p.NetNSPath(id), HostIf: p.hostIf(id)}
+
+	var undo cleanupStack
+	defer func() {
+		if retErr != nil {
+			if err := undo.run(); err != nil {
+				log.Warn("network setup: cleanup failed", "err", err)
+			}
+		}
+	}()
+
+	unlock, err := lockFile(ctx, p.cfg.LockPath)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
+	}
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
+
+	for _, path := range []string{p.leasePath(id), ep.NetNSPath} {
+		if _, err := os.Lstat(path); err == nil {
+			return nil, fmt.Errorf("sandbox %q: network: %s exists: %w", id, path, errdefs.ErrAlreadyExists)
+		}
+	}
+	n, err := p.freeSlot()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
+	}
+	ep.HostAddr, ep.SandboxAddr, _ = slot(p.cfg.Subnet, n)
+
+	if err := p.writeLease(ep); err != nil {
+		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
+	}
+	undo.add(func() error { return removeIfExists(p.leasePath(id)) })
+
+	if err := createNetNS(ep.NetNSPath); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			err = fmt.Errorf("%w: %w", err, errdefs.ErrAlreadyExists)
+		}
+		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
+	}
+	undo.add(func() error { return removeNetNS(ep.NetNSPath) })
+
+	ns, err := netns.GetFromPath(ep.NetNSPath)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: network: open netns: %w", id, err)
+	}
+	defer ns.Close()
+
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: ep.HostIf},
+		PeerName:      SandboxIfName,
+		PeerNamespace: netlink.NsFd(int(ns)),
+	}
+	if err := netlink.LinkAdd(veth); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			err = fmt.Errorf("%w: %w", err, errdefs.ErrAlreadyExists)
+		}
+		return nil, fmt.Errorf("sandbox %q: network: add veth %s: %w", id, ep.HostIf, err)
+	}
+	undo.add(func() error { return deleteLink(ep.HostIf) })
+
+	if err := p.configureHostSide(ep); err != nil {
+		return nil, fmt.Errorf("sandbox %q: network: host side %s: %w", id, ep.HostIf, err)
+	}
+	// The host side now carries its address: other pools of the subnet see
+	// the /30 as taken, and the lock can go.
+	unlock()
+	locked = false
+
+	if err := configureSandboxSide(ns, ep); err != nil {
+		return nil, fmt.Errorf("sandbox %q: network: namespace side: %w", id, err)
+	}
+	if p.cfg.Policy != nil {
+		undo.add(func() error { return p.cfg.Policy.Remove(context.WithoutCancel(ctx), ep) })
+		if err := p.cfg.Policy.Apply(ctx, ep); err != nil {
+			return nil, fmt.Errorf("sandbox %q: network: policy: %w", id, err)
+		}
+	}
+	undo.release()
+	log.Debug("network ready", "hostIf", ep.HostIf, "addr", ep.SandboxAddr, "took", time.Since(begin))
+	return ep, nil
+}
+
+// freeSlot returns the first /30 of the subnet that no lease of this pool
+// names and no host interface has an address in. The caller holds the lock.
+func (p *Pool) freeSlot() (int, error) {
+	taken := map[int]bool{}
+	leases, err := p.leases()
+	if err != nil {
+		return 0, err
+	}
+	for _, ep := range leases {
+		if n, ok := slotOf(p.cfg.Subnet, ep.SandboxAddr.Addr()); ok {
+			taken[n] = true
+		}
+	}
+	addrs, err := listAddrs()
+	if err != nil {
+		return 0, err
+	}
+	for _, a := range addrs {
+		if n, ok := slotOf(p.cfg.Subnet, a); ok {
+			taken[n] = true
+		}
+	}
+	for n := range slots(p.cfg.Subnet) {
+		if !taken[n] {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("no free /30 in %s: %w", p.cfg.Subnet, errdefs.ErrResourceExhausted)
+}
+
+// listAddrs returns every IPv4 address on the host's interfaces.
+func listAddrs() ([]netip.Addr, error) {
+	var list []netlink.Addr
+	var err error
+	for range 5 {
+		list, err = netlink.AddrList(nil, netlink.FAMILY_V4)
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list addresses: %w", err)
+	}
+	out := make([]netip.Addr, 0, len(list))
+	for _, a := range list {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out, nil
+}
+
+// configureHostSide names, locks down, addresses and raises the host side
+// of ep's veth.
+func (p *Pool) configureHostSide(ep *Endpoint) error {
+	link, err := netlink.LinkByName(ep.HostIf)
+	if err != nil {
+		return err
+	}
+	if err := netlink.LinkSetAlias(link, ifAlias(p.cfg.Dir, ep.ID)); err != nil {
+		return fmt.Errorf("alias: %w", err)
+	}
+	// The kernel must never route the sandbox's packets anywhere but to
+	// the host itself (forwarding), must drop packets whose source is not
+	// the sandbox's /30 (rp_filter), and must not offer IPv6 link-local
+	// paths that no policy would see.
+	for _, s := range []struct{ path, value string }{
+		{"/proc/sys/net/ipv6/conf/" + ep.HostIf + "/disable_ipv6", "1"},
+		{"/proc/sys/net/ipv4/conf/" + ep.HostIf + "/forwarding", "0"},
+		{"/proc/sys/net/ipv4/conf/" + ep.HostIf + "/rp_filter", "1"},
+	} {
+		err := os.WriteFile(s.path, []byte(s.value), 0o644)
+		if err != nil && !(errors.Is(err, fs.ErrNotExist) && strings.Contains(s.path, "/ipv6/")) {
+			return fmt.Errorf("sysctl: %w", err)
+		}
+	}
+	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: ipNet(ep.HostAddr)}); err != nil {
+		return fmt.Errorf("address %s: %w", ep.HostAddr, err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("up: %w", err)
+	}
+	return nil
+}
+
+// configureSandboxSide raises lo and eth0 in ns, gives eth0 its address and
+// routes everything through the host side.
+func configureSandboxSide(ns netns.NsHandle, ep *Endpoint) error {
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("lo up: %w", err)
+	}
+	eth, err := h.LinkByName(SandboxIfName)
+	if err != nil {
+		return err
+	}
+	if err := h.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(ep.SandboxAddr)}); err != nil {
+		return fmt.Errorf("address %s: %w", ep.SandboxAddr, err)
+	}
+	if err := h.LinkSetUp(eth); err != nil {
+		return fmt.Errorf("%s up: %w", SandboxIfName, err)
+	}
+	route := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IP(ep.HostAddr.Addr().AsSlice())}
+	if err := h.RouteAdd(route); err != nil {
+		return fmt.Errorf("default route: %w", err)
+	}
+	return nil
+}
+
+// Teardown removes everything the pool made for sandbox id: the policy, the
+// veth pair, the namespace bind mount and the lease. It is idempotent and
+// goes on past errors, returning them joined.
+func (p *Pool) Teardown(ctx context.Context, id string) error {
+	if err := ValidateID(id); err != nil {
+		return err
+	}
+	ep, err := p.Lookup(id)
+	if err != nil {
+		// The lease is lost; the names alone are enough to clean up.
+		ep = &Endpoint{ID: id, NetNSPath: p.NetNSPath(id), HostIf: p.hostIf(id)}
+	}
+	var errs []error
+	if p.cfg.Policy != nil {
+		if err := p.cfg.Policy.Remove(ctx, ep); err != nil {
+			errs = append(errs, fmt.Errorf("policy: %w", err))
+		}
+	}
+	// The veth goes first so that its /30 stays leased until no interface
+	// carries it.
+	if err := deleteLink(ep.HostIf); err != nil {
+		errs = append(errs, err)
+	}
+	if err := removeNetNS(ep.NetNSPath); err != nil {
+		errs = append(errs, err)
+	}
+	if err := removeIfExists(p.leasePath(id)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sandbox %q: network teardown: %w", id, err)
+	}
+	p.log.Debug("network removed", "sandbox", id, "op", "network-teardown")
+	return nil
+}
+
+// Lookup returns the endpoint leased to sandbox id, or an
+// errdefs.ErrNotFound error.
+func (p *Pool) Lookup(id string) (*Endpoint, error) {
+	if err := ValidateID(id); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(p.leasePath(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("sandbox %q: network lease: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: network lease: %w", id, err)
+	}
+	var ep Endpoint
+	if err := json.Unmarshal(b, &ep); err != nil {
+		return nil, fmt.Errorf("sandbox %q: network lease: %w", id, err)
+	}
+	return &ep, nil
+}
+
+// List returns the sorted ids for which the pool holds anything: a lease, a
+// namespace bind mount, or a host interface, whether their sandbox runs or
+// was left behind by a crash. Teardown removes them.
+func (p *Pool) List(ctx context.Context) ([]string, error) {
+	ids := map[string]bool{}
+	for _, dir := range []string{p.leaseDir, p.netnsDir} {
+		entries, err := os.ReadDir(dir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("network: %w", err)
+		}
+		for _, e := range entries {
+			if ValidateID(e.Name()) == nil {
+				ids[e.Name()] = true
+			}
+		}
+	}
+	links, err := netlink.LinkList()
+	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+		return nil, fmt.Errorf("network: list links: %w", err)
+	}
+	for _, l := range links {
+		a := l.Attrs()
+		if !strings.HasPrefix(a.Name, p.cfg.IfPrefix) {
+			continue
+		}
+		if id, ok := parseIfAlias(a.Alias, p.cfg.Dir); ok {
+			ids[id] = true
+		}
+	}
+	out := make([]string, 0, len(ids))
+	for id := range ids {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// leases returns the endpoints of every lease file.
+func (p *Pool) leases() ([]*Endpoint, error) {
+	entries, err := os.ReadDir(p.leaseDir)
+	if err != nil {
+		return nil, fmt.Errorf("leases: %w", err)
+	}
+	var out []*Endpoint
+	for _, e := range entries {
+		if ValidateID(e.Name()) != nil {
+			continue
+		}
+		ep, err := p.Lookup(e.Name())
+		if err != nil {
+			if errors.Is(err, errdefs.ErrNotFound) {
+				continue
+			}
+			return nil, err
+		}
+		out = append(out, ep)
+	}
+	return out, nil
+}
+
+// writeLease records ep atomically: a reader sees the whole lease or none.
+func (p *Pool) writeLease(ep *Endpoint) error {
+	b, err := json.Marshal(ep)
+	if err != nil {
+		return err
+	}
+	tmp := p.leasePath(ep.ID) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("lease: %w", err)
+	}
+	if err := os.Rename(tmp, p.leasePath(ep.ID)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("lease: %w", err)
+	}
+	return nil
+}
+
+// deleteLink deletes the interface name, and with it its veth peer. A
+// missing interface is fine.
+func deleteLink(name string) error {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("link %s: %w", name, err)
+	}
+	if err := netlink.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete link %s: %w", name, err)
+	}
+	return nil
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{
+		IP:   net.IP(p.Addr().AsSlice()),
+		Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen()),
+	}
+}
