@@ -159,7 +159,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	bg, cancel := context.WithCancel(context.Background())
 	e := &Engine{
 		cfg: cfg, log: cfg.Logger.With("backend", cfg.BackendName), store: st, lock: lock,
-		http: &http.Client{Timeout: 2 * time.Second},
+		// No keep-alives: sandbox addresses are reused, and a kept
+		// connection could answer for a sandbox that is gone.
+		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 		live: map[string]*liveSandbox{}, bg: bg, cancel: cancel,
 	}
 	if err := e.recover(ctx); err != nil {

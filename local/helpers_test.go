@@ -137,9 +137,9 @@ func leftovers(t testing.TB, root string) []string {
 
 // killSandboxProcess kills with SIGKILL every host process of sandbox id
 // (runsc's sandbox and gofer), as a crash would.
-func killSandboxProcess(id string) error {
+func killSandboxProcess(t testing.TB, id string) error {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	n := 0
+	var pids []int
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
 		if err != nil || !strings.Contains(string(b), id) {
@@ -150,11 +150,21 @@ func killSandboxProcess(id string) error {
 			continue
 		}
 		if syscall.Kill(pid, syscall.SIGKILL) == nil {
-			n++
+			pids = append(pids, pid)
 		}
 	}
-	if n == 0 {
+	if len(pids) == 0 {
 		return fmt.Errorf("no host process of sandbox %s found", id)
 	}
+	// Wait until they are reaped, as they would be long before a real
+	// restart: a zombie still counts as running to runsc.
+	waitFor(t, 30*time.Second, "the killed sandbox processes to be reaped", func() bool {
+		for _, pid := range pids {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+				return false
+			}
+		}
+		return true
+	})
 	return nil
 }

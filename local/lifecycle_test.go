@@ -169,7 +169,7 @@ func TestRestartReattaches(t *testing.T) {
 	s.rt.Close()
 	s.rt = nil
 	// While it is down, one sandbox's root process dies.
-	if err := killSandboxProcess(doomed.ID()); err != nil {
+	if err := killSandboxProcess(t, doomed.ID()); err != nil {
 		t.Fatal(err)
 	}
 	s.open(t)

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/lightbearco/tupper/backend"
@@ -48,6 +50,13 @@ type Config struct {
 type Runtime struct {
 	images *image.Store
 	engine *engine.Engine
+
+	mu sync.Mutex
+	// clients holds one HTTP client per sandbox. Sandbox addresses are
+	// reused once a sandbox dies, so a client shared by all sandboxes
+	// could send a new sandbox's request down a kept-alive connection to
+	// the old one's address.
+	clients map[string]*http.Client
 }
 
 var _ sdk.Transport = (*Runtime)(nil)
@@ -96,7 +105,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{images: images, engine: eng}, nil
+	return &Runtime{images: images, engine: eng, clients: map[string]*http.Client{}}, nil
 }
 
 // FindAgent locates the tupper-agent binary: $TUPPER_AGENT, then beside
@@ -176,7 +185,16 @@ func (r *Runtime) SetTimeout(ctx context.Context, id string, timeout time.Durati
 }
 
 // KillSandbox implements sdk.Transport.
-func (r *Runtime) KillSandbox(ctx context.Context, id string) error { return r.engine.Kill(ctx, id) }
+func (r *Runtime) KillSandbox(ctx context.Context, id string) error {
+	err := r.engine.Kill(ctx, id)
+	r.mu.Lock()
+	if c, ok := r.clients[id]; ok {
+		c.CloseIdleConnections()
+		delete(r.clients, id)
+	}
+	r.mu.Unlock()
+	return err
+}
 
 // DataPlane implements sdk.Transport: in-process, the SDK talks straight to
 // the agent over the sandbox's veth.
@@ -185,7 +203,27 @@ func (r *Runtime) DataPlane(ctx context.Context, id string) (*sdk.DataPlane, err
 	if err != nil {
 		return nil, err
 	}
-	return &sdk.DataPlane{BaseURL: "http://" + sb.AgentAddr, AccessToken: sb.AccessToken}, nil
+	return &sdk.DataPlane{BaseURL: "http://" + sb.AgentAddr, AccessToken: sb.AccessToken, Client: r.client(id)}, nil
+}
+
+func (r *Runtime) client(id string) *http.Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.clients[id]; ok {
+		return c
+	}
+	// Drop clients of sandboxes that died on their own (timeouts).
+	for other, c := range r.clients {
+		if _, err := r.engine.Get(context.Background(), other); err != nil {
+			c.CloseIdleConnections()
+			delete(r.clients, other)
+		}
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 16
+	c := &http.Client{Transport: t}
+	r.clients[id] = c
+	return c
 }
 
 func info(sb *engine.Sandbox) *sdk.SandboxInfo {

@@ -96,6 +96,9 @@ func (p *Pool) Setup(ctx context.Context, id string) (_ *Endpoint, retErr error)
 		}
 	}()
 
+	if err := p.ensureUnreachable(); err != nil {
+		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
+	}
 	for _, path := range []string{p.leasePath(id), ep.NetNSPath} {
 		if _, err := os.Lstat(path); err == nil {
 			return nil, fmt.Errorf("sandbox %q: network: %s exists: %w", id, path, errdefs.ErrAlreadyExists)
@@ -440,4 +443,22 @@ func ipNet(p netip.Prefix) *net.IPNet {
 		IP:   net.IP(p.Addr().AsSlice()),
 		Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen()),
 	}
+}
+
+// ensureUnreachable installs an "unreachable" route for the whole subnet in
+// the host's namespace. Each live sandbox's /30 is a more specific route and
+// wins; a packet for a sandbox that is gone (a stale client, a reused
+// connection) then fails at once with EHOSTUNREACH instead of leaving the
+// host through its default route towards a private address nobody here owns.
+func (p *Pool) ensureUnreachable() error {
+	r := &netlink.Route{Dst: prefixIPNet(p.cfg.Subnet), Type: unix.RTN_UNREACHABLE}
+	if err := netlink.RouteAdd(r); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("unreachable route for %s: %w", p.cfg.Subnet, err)
+	}
+	return nil
+}
+
+func prefixIPNet(p netip.Prefix) *net.IPNet {
+	p = p.Masked()
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }

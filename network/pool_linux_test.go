@@ -16,8 +16,10 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/testutil"
 )
 
 // Tests here send traffic only between the host and namespaces they made.
@@ -25,7 +27,7 @@ import (
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to make network namespaces and veth pairs")
+		testutil.Skip(t, "needs root to make network namespaces and veth pairs")
 	}
 }
 
@@ -446,4 +448,26 @@ func TestNetNSDirStaysClean(t *testing.T) {
 			t.Errorf("%s holds %d entries after teardown", filepath.Base(dir), len(entries))
 		}
 	}
+}
+
+func TestStaleAddressIsUnreachable(t *testing.T) {
+	p := newTestPool(t, nil)
+	id := uniqueID("stale")
+	ep, err := p.Setup(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Teardown(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	// The sandbox is gone: the host must answer for its address itself
+	// rather than route the packet anywhere.
+	routes, err := netlink.RouteGet(ep.SandboxAddr.Addr().AsSlice())
+	if err != nil {
+		if !errors.Is(err, unix.EHOSTUNREACH) && !errors.Is(err, unix.ENETUNREACH) {
+			t.Fatalf("route lookup for a stale sandbox address: %v, want unreachable", err)
+		}
+		return
+	}
+	t.Fatalf("a stale sandbox address %s still routes via %+v", ep.SandboxAddr.Addr(), routes)
 }

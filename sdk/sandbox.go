@@ -72,7 +72,8 @@ func (s *Sandbox) IsRunning(ctx context.Context) (bool, error) {
 	}
 	resp, err := s.conn.http.Do(req)
 	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
+		// Refused or unreachable: nothing listens there any more.
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
 			return false, nil
 		}
 		return false, fmt.Errorf("sandbox %q health: %w", s.ID(), fromTransport(err))
