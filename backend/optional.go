@@ -30,3 +30,12 @@ type Stats struct {
 type StatsReader interface {
 	Stats(ctx context.Context, id string) (*Stats, error)
 }
+
+// Waiter is a backend that can tell when a sandbox ends on its own: a crash,
+// an out-of-memory kill, its agent exiting. Wait blocks until sandbox id has
+// exited (returning nil) or ctx ends (returning ctx's error). Without it,
+// the engine notices a dead sandbox only when its time runs out, when it is
+// killed, or at the next restart.
+type Waiter interface {
+	Wait(ctx context.Context, id string) error
+}

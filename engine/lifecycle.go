@@ -21,19 +21,48 @@ func (e *Engine) track(sb *Sandbox) bool {
 	}
 	id := sb.ID
 	e.live[id] = &liveSandbox{timer: time.AfterFunc(time.Until(sb.EndAt), func() { e.expire(id) })}
+	if w, ok := e.cfg.Backend.(backend.Waiter); ok {
+		e.wg.Add(1)
+		go e.watch(w, id)
+	}
 	return true
 }
 
+// watch kills (that is, cleans up and records) a sandbox that ends on its
+// own, so that it is reported dead at once rather than when its time runs
+// out.
+func (e *Engine) watch(w backend.Waiter, id string) {
+	defer e.wg.Done()
+	if err := w.Wait(e.bg, id); err != nil {
+		return // the engine is closing, or the sandbox is already gone
+	}
+	e.mu.Lock()
+	_, live := e.live[id]
+	e.mu.Unlock()
+	if !live {
+		return // killed on purpose
+	}
+	e.log.Warn("sandbox exited on its own", "sandbox", id)
+	if err := e.kill(e.bg, id, exitedReason); err != nil && !errdefs.IsNotFound(err) {
+		e.log.Error("clean up exited sandbox", "sandbox", id, "err", err)
+	}
+}
+
+// exitedReason is recorded for sandboxes that end on their own.
+const exitedReason = "the sandbox exited on its own: it crashed, ran out of memory, or its agent died"
+
 // expire kills a sandbox whose time is up.
 func (e *Engine) expire(id string) {
-	e.wg.Add(1)
-	defer e.wg.Done()
+	// Add under mu, after checking closed: Close sets closed under mu
+	// before it waits, so no Add can race its Wait.
 	e.mu.Lock()
-	closed := e.closed
-	e.mu.Unlock()
-	if closed {
+	if e.closed {
+		e.mu.Unlock()
 		return
 	}
+	e.wg.Add(1)
+	e.mu.Unlock()
+	defer e.wg.Done()
 	// The timer may have fired just before a SetTimeout moved EndAt on.
 	sb, err := e.store.Get(e.bg, id)
 	if err != nil {

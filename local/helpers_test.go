@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/internal/testutil"
@@ -106,11 +109,17 @@ func waitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
 	}
 }
 
-// leftovers lists what of the stack's sandboxes the host still holds:
-// processes, mounts, network namespaces and veths, cgroups, state dirs.
-func leftovers(t testing.TB, root string) []string {
+// leftovers lists what the host still holds of the stack at root, beyond
+// the files in baseline (from treeOf) and for the sandboxes ids: processes,
+// mounts, veths, cgroups and state files. What mentions keep (a sandbox
+// that still runs) does not count.
+func leftovers(t testing.TB, root string, baseline map[string]bool, keep string, ids ...string) (found []string) {
 	t.Helper()
-	var found []string
+	defer func() {
+		if keep != "" {
+			found = slices.DeleteFunc(found, func(s string) bool { return strings.Contains(s, keep) })
+		}
+	}()
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
@@ -125,14 +134,44 @@ func leftovers(t testing.TB, root string) []string {
 			}
 		}
 	}
-	backendRoot := filepath.Join(root, "backends", "gvisor")
-	for _, pattern := range []string{"bundles/*", "netns/*", "runsc/*", "sandboxes/*", "state/*"} {
-		m, _ := filepath.Glob(filepath.Join(backendRoot, pattern))
-		for _, p := range m {
-			found = append(found, "state: "+p)
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		if strings.Contains(l.Attrs().Alias, root) {
+			found = append(found, "interface "+l.Attrs().Name+" ("+l.Attrs().Alias+")")
+		}
+	}
+	for _, id := range ids {
+		for _, pattern := range []string{"/sys/fs/cgroup/*/tupper/" + id, "/sys/fs/cgroup/tupper/" + id} {
+			m, _ := filepath.Glob(pattern)
+			for _, p := range m {
+				found = append(found, "cgroup "+p)
+			}
+		}
+	}
+	if baseline != nil {
+		for p := range treeOf(t, filepath.Join(root, "backends")) {
+			if !baseline[p] {
+				found = append(found, "file "+p)
+			}
 		}
 	}
 	return found
+}
+
+// treeOf lists every path below dir.
+func treeOf(t testing.TB, dir string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil {
+			out[p] = true
+		}
+		return nil
+	})
+	return out
 }
 
 // killSandboxProcess kills with SIGKILL every host process of sandbox id
