@@ -3,6 +3,7 @@ package local_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,7 +36,10 @@ func newStack(t testing.TB, ecfg engine.Config) *stack {
 	if ecfg.DefaultTemplate == "" {
 		ecfg.DefaultTemplate = name
 	}
-	cfg := local.Config{Root: shortTempDir(t), ImageRoot: storeRoot, AgentPath: testutil.AgentBinary(t), Engine: ecfg}
+	cfg := local.Config{
+		Root: shortTempDir(t), ImageRoot: storeRoot, AgentPath: testutil.AgentBinary(t), Engine: ecfg,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
 	s := &stack{cfg: cfg}
 	s.open(t)
 	t.Cleanup(func() {
