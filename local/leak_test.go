@@ -2,11 +2,13 @@ package local_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lightbearco/tupper/engine"
+	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/sdk"
 )
 
@@ -33,10 +35,16 @@ func TestNoLeaksAfterCycles(t *testing.T) {
 			if _, err := sb.Commands.Start(ctx, "sleep 600", sdk.WithTimeout(0)); err != nil {
 				t.Fatalf("cycle %d: start: %v", i, err)
 			}
-		case 2: // the sandbox crashed: its host processes died
+		case 2: // the sandbox crashed: its host processes died, and the
+			// engine cleans up on its own.
 			if err := killSandboxProcess(t, sb.ID()); err != nil {
 				t.Fatal(err)
 			}
+			waitFor(t, 30*time.Second, "the engine to notice the crash", func() bool {
+				_, err := sb.GetInfo(ctx)
+				return errors.Is(err, errdefs.ErrNotFound)
+			})
+			continue
 		}
 		if err := sb.Kill(ctx); err != nil {
 			t.Fatalf("cycle %d: kill %s: %v", i, sb.ID(), err)
