@@ -1,22 +1,32 @@
 # The two commands of the README: `make run` and `make test`. Everything
 # else is set up by scripts/setup.sh, which both call.
+ADDR ?= 127.0.0.1:3000
 CMD ?= python3 -c 'import platform; print("hello from", platform.uname().system, "in a gVisor sandbox")'
 
-.PHONY: setup build run test bench proto
+.PHONY: setup build base run demo test bench proto
 
 setup build:
 	scripts/setup.sh
 
-# run builds the base template the first time, then runs CMD in a fresh sandbox.
-run: setup
+# base builds the default template the first time (a few minutes: Debian
+# bookworm with python3, node, git…); later runs find it and return.
+base: setup
 	bin/tupper image ls --quiet | grep -qx base || bin/tupper image build base
-	bin/tupper run --template base -- bash -lc "$$CMD"
+
+# run starts the daemon: the E2B-compatible API on $(ADDR). The first start
+# prints an API key and the three E2B_* variables to export.
+run: base
+	bin/tupper serve --addr $(ADDR)
+
+# demo runs CMD in a fresh sandbox, without the daemon.
+demo: base
+	bin/tupper run -- bash -lc "$$CMD"
 
 test:
 	scripts/test.sh
 
 bench: setup
-	TUPPER_AGENT=$(CURDIR)/bin/tupper-agent go test -run '^$$' -bench . -benchtime 20x ./backend/gvisor/ ./engine/
+	TUPPER_AGENT=$(CURDIR)/bin/tupper-agent go test -run '^$$' -bench . -benchtime 20x ./local/
 
 proto:
 	scripts/gen-proto.sh

@@ -1,49 +1,7 @@
 package process
 
-import (
-	"context"
-	"errors"
+import "github.com/lightbearco/tupper/agent/rpcerr"
 
-	"connectrpc.com/connect"
-
-	"github.com/lightbearco/tupper/errdefs"
-)
-
-// classes maps error classes to Connect codes. It is the package's only
-// translation from errors to the wire; everything else wraps errdefs
-// classes with %w.
-var classes = []struct {
-	class error
-	code  connect.Code
-}{
-	{errdefs.ErrNotFound, connect.CodeNotFound},
-	{errdefs.ErrAlreadyExists, connect.CodeAlreadyExists},
-	{errdefs.ErrInvalidArgument, connect.CodeInvalidArgument},
-	{errdefs.ErrFailedPrecondition, connect.CodeFailedPrecondition},
-	{errdefs.ErrNotSupported, connect.CodeUnimplemented},
-	{errdefs.ErrResourceExhausted, connect.CodeResourceExhausted},
-	{errdefs.ErrUnavailable, connect.CodeUnavailable},
-	{errdefs.ErrPermissionDenied, connect.CodePermissionDenied},
-	{errdefs.ErrUnauthenticated, connect.CodeUnauthenticated},
-	{errdefs.ErrDeadlineExceeded, connect.CodeDeadlineExceeded},
-	{context.DeadlineExceeded, connect.CodeDeadlineExceeded},
-	{context.Canceled, connect.CodeCanceled},
-}
-
-// toConnect turns err into a *connect.Error whose code follows its class;
-// errors of no known class become CodeInternal. A *connect.Error passes
-// through unchanged.
-func toConnect(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := errors.AsType[*connect.Error](err); ok {
-		return err
-	}
-	for _, c := range classes {
-		if errors.Is(err, c.class) {
-			return connect.NewError(c.code, err)
-		}
-	}
-	return connect.NewError(connect.CodeInternal, err)
-}
+// toConnect turns err into a Connect error whose code follows its errdefs
+// class; see package rpcerr.
+func toConnect(err error) error { return rpcerr.ToConnect(err) }
