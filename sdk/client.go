@@ -5,17 +5,25 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 )
 
 // Client creates, finds and kills sandboxes through its Transport. The zero
-// value is usable: until a Transport is set, every call fails with
-// ErrNoEndpoint. A Client is safe for concurrent use; set Transport before
-// the first call and not after.
+// value is usable: without a Transport, the first call builds an
+// HTTPTransport from the environment (see HTTPConfigFromEnv:
+// TUPPER_API_URL and TUPPER_API_KEY, else E2B_API_URL and E2B_API_KEY), and
+// fails with ErrNoEndpoint while no URL is set. A Client is safe for
+// concurrent use; set Transport before the first call and not after.
 type Client struct {
 	// Transport reaches Tupper: the in-process engine (package local) or
-	// a remote `tupper serve`.
+	// a remote `tupper serve` (NewHTTPTransport). Nil means the HTTP
+	// transport the environment describes.
 	Transport Transport
+
+	mu sync.Mutex
+	// fromEnv is the transport built from the environment, once one was.
+	fromEnv Transport
 }
 
 // DefaultClient is the Client of the package-level functions Create,
@@ -55,10 +63,25 @@ type ListOptions struct {
 }
 
 func (c *Client) transport() (Transport, error) {
-	if c == nil || c.Transport == nil {
+	if c == nil {
 		return nil, ErrNoEndpoint
 	}
-	return c.Transport, nil
+	if c.Transport != nil {
+		return c.Transport, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fromEnv != nil {
+		return c.fromEnv, nil
+	}
+	// Only a transport that was built is kept: a program may set the
+	// environment after a first call failed.
+	t, err := NewHTTPTransport(HTTPConfigFromEnv())
+	if err != nil {
+		return nil, err
+	}
+	c.fromEnv = t
+	return t, nil
 }
 
 // Create creates a sandbox and returns it ready for commands and files.

@@ -79,6 +79,10 @@ func (f *fakeTransport) DataPlane(ctx context.Context, id string) (*sdk.DataPlan
 }
 
 func TestZeroClient(t *testing.T) {
+	// With no endpoint in the environment, a zero Client has nothing to reach.
+	for _, k := range []string{sdk.EnvAPIURL, sdk.EnvAPIKey, sdk.EnvSandboxURL, sdk.EnvE2BAPIURL, sdk.EnvE2BAPIKey, sdk.EnvE2BSandboxURL} {
+		t.Setenv(k, "")
+	}
 	ctx := context.Background()
 	var c sdk.Client
 	calls := map[string]func() error{
@@ -93,13 +97,13 @@ func TestZeroClient(t *testing.T) {
 			if !errors.Is(err, sdk.ErrNoEndpoint) || !errors.Is(err, errdefs.ErrUnavailable) {
 				t.Fatalf("err = %v, want ErrNoEndpoint of class unavailable", err)
 			}
-			if !strings.Contains(err.Error(), "TUPPER_API_URL") || !strings.Contains(err.Error(), "local.New") {
+			if !strings.Contains(err.Error(), "TUPPER_API_URL") || !strings.Contains(err.Error(), "local.Open") {
 				t.Errorf("err = %q, want it to say how to configure an endpoint", err)
 			}
 		})
 	}
 	// The package-level functions use DefaultClient, which has no
-	// transport unless a program sets one.
+	// transport unless a program or the environment sets one.
 	if _, err := sdk.Create(ctx, sdk.CreateOptions{}); !errors.Is(err, sdk.ErrNoEndpoint) {
 		t.Errorf("sdk.Create: err = %v, want ErrNoEndpoint", err)
 	}

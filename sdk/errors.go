@@ -15,21 +15,25 @@ import (
 )
 
 // This file is the one place where the SDK turns wire errors (Connect codes
-// from the agent, HTTP statuses from /files and /health) back into the
-// errdefs classes. Every other file calls fromConnect, fromResponse or
-// fromTransport and never looks at codes itself.
+// from the agent, HTTP statuses from /files, /health and the control plane)
+// back into the errdefs classes. Every other file calls fromConnect,
+// fromResponse or fromTransport and never looks at codes itself.
 
-// ErrNoEndpoint is returned by a Client that has no Transport.
-var ErrNoEndpoint = fmt.Errorf("no Tupper endpoint configured: set TUPPER_API_URL (the network client arrives with `tupper serve`) or use local.New: %w", errdefs.ErrUnavailable)
+// ErrNoEndpoint is returned by a Client that has no Transport while the
+// environment names no endpoint either.
+var ErrNoEndpoint = fmt.Errorf("no Tupper endpoint configured: set TUPPER_API_URL and TUPPER_API_KEY "+
+	"(or E2B_API_URL and E2B_API_KEY) to reach `tupper serve`, or give the Client a Transport (local.Open runs Tupper in-process): %w", errdefs.ErrUnavailable)
 
 // ErrDisconnected is returned by CommandHandle.Wait after Disconnect: the
 // handle stopped following the process, which may still run.
 var ErrDisconnected = errors.New("command handle disconnected")
 
-// Error is an error reported by a sandbox's agent: a Connect error of its
-// RPCs or a failed HTTP response of /files. It unwraps to the errdefs class
-// of its code (errors.Is(err, errdefs.ErrNotFound)) and, for Connect errors,
-// to the *connect.Error itself.
+// Error is an error reported by a sandbox's agent (a Connect error of its
+// RPCs or a failed HTTP response of /files), by the control plane of a
+// remote Tupper (its {"code", "message"} answers), or by the HTTP client
+// that could not reach either. It unwraps to the errdefs class of its code
+// (errors.Is(err, errdefs.ErrNotFound)) and to the error it came from: the
+// *connect.Error of an RPC, or the network error of an unreachable server.
 type Error struct {
 	// Code is the Connect code as the wire spells it ("not_found"); for
 	// plain HTTP errors it is derived from the status.

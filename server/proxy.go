@@ -62,6 +62,14 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 
 // forward proxies r to t.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *proxyTarget) {
+	// Full duplex: the agent may answer a stream (start{pid}) before the
+	// proxy has finished passing on the request body, which the SDKs send
+	// chunked. Without this, writing the response header makes the
+	// HTTP/1.1 server drain and close the request body under the
+	// transport, which then aborts the connection to the agent and cuts
+	// the stream short (the JS SDK's "[unknown] terminated"). HTTP/2
+	// writers are always full duplex and refuse the call; that is fine.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lightbearco/tupper/auth"
+	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/local"
 	"github.com/lightbearco/tupper/server"
 )
@@ -19,6 +20,10 @@ type serveOptions struct {
 	domain              string
 	certFile, keyFile   string
 	allowInsecureRemote bool
+	// imageRoot and defaultTemplate are hidden: tests point the daemon at
+	// a shared, already built image store and name its default image.
+	imageRoot       string
+	defaultTemplate string
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -44,6 +49,10 @@ The first start creates an API key and prints it once.`,
 	f.StringVar(&o.certFile, "tls-cert", "", "TLS certificate file (serve HTTPS)")
 	f.StringVar(&o.keyFile, "tls-key", "", "TLS key file")
 	f.BoolVar(&o.allowInsecureRemote, "allow-insecure-remote", false, "allow plain HTTP on an address other than loopback (keys cross the network in the clear)")
+	f.StringVar(&o.imageRoot, "image-root", "", "image store directory (default <root>/images)")
+	f.StringVar(&o.defaultTemplate, "default-template", "", `template of creates that name none (default "base")`)
+	_ = f.MarkHidden("image-root")
+	_ = f.MarkHidden("default-template")
 	return cmd
 }
 
@@ -92,7 +101,10 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 		fmt.Fprintf(g.stderr, "Created the first API key. It is shown only this once:\n\n"+
 			"  export E2B_API_KEY=%s\n  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n\n", first, url, url)
 	}
-	rt, err := local.Open(ctx, local.Config{Root: root, Backend: g.backend, Logger: g.logger()})
+	rt, err := local.Open(ctx, local.Config{
+		Root: root, ImageRoot: o.imageRoot, Backend: g.backend, Logger: g.logger(),
+		Engine: engine.Config{DefaultTemplate: o.defaultTemplate},
+	})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lightbearco/tupper/sdk"
+)
+
+type createOptions struct {
+	api      apiOptions
+	template string
+	image    string
+	env      []string
+	metadata []string
+	cpus     float64
+	memoryMB int
+	timeout  time.Duration
+	json     bool
+}
+
+func newCreateCmd(g *globals) *cobra.Command {
+	o := &createOptions{}
+	cmd := &cobra.Command{
+		Use:   "create [--template NAME | --image REF] [--env K=V]... [--metadata K=V]...",
+		Short: "Create a sandbox on `tupper serve` and print its id",
+		Long: `Create a sandbox on a running ` + "`tupper serve`" + ` and print its id. The sandbox
+lives until ` + "`tupper kill`" + ` or its timeout (the daemon's default, 5 minutes,
+unless --timeout says otherwise; ` + "`tupper timeout`" + ` changes it later).`,
+		Example: `  id=$(tupper create --metadata owner=me --timeout 1h)
+  tupper exec "$id" -- python3 -c 'print(6*7)'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runCreate(cmd.Context(), g, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.template, "template", "", "template to start from (default: the daemon's, base)")
+	f.StringVar(&o.image, "image", "", "image reference to start from instead of a template")
+	f.StringArrayVarP(&o.env, "env", "e", nil, "environment variable of every command, KEY=VALUE (repeatable)")
+	f.StringArrayVarP(&o.metadata, "metadata", "m", nil, "metadata to find the sandbox by, KEY=VALUE (repeatable)")
+	f.Float64Var(&o.cpus, "cpu", 0, "CPU cores (default 1)")
+	f.IntVar(&o.memoryMB, "memory", 0, "memory limit in MB (default 1024)")
+	f.DurationVar(&o.timeout, "timeout", 0, "time to live, for example 30m (default: the daemon's, 5m)")
+	f.BoolVar(&o.json, "json", false, "print the sandbox's description as JSON instead of its id")
+	addAPIFlags(cmd, &o.api)
+	return cmd
+}
+
+func runCreate(ctx context.Context, g *globals, o *createOptions) error {
+	if o.template != "" && o.image != "" {
+		return fmt.Errorf("--template and --image: name one, not both")
+	}
+	if o.timeout < 0 {
+		return fmt.Errorf("--timeout %v: must not be negative", o.timeout)
+	}
+	env, err := parsePairs("--env", o.env)
+	if err != nil {
+		return err
+	}
+	md, err := parsePairs("--metadata", o.metadata)
+	if err != nil {
+		return err
+	}
+	r, err := o.api.dial()
+	if err != nil {
+		return err
+	}
+	sb, err := r.Create(ctx, sdk.CreateOptions{
+		Template: o.template, Image: o.image, Envs: env, Metadata: md,
+		CPUs: o.cpus, MemoryMB: o.memoryMB, Timeout: o.timeout,
+	})
+	if err != nil {
+		return r.control(err, "")
+	}
+	if !o.json {
+		_, err := fmt.Fprintln(g.stdout, sb.ID())
+		return err
+	}
+	// Create answers with little; the description has the rest.
+	info, err := sb.GetInfo(ctx)
+	if err != nil {
+		return r.control(err, sb.ID())
+	}
+	return printJSON(g.stdout, toJSON(info))
+}
