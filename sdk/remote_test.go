@@ -99,9 +99,12 @@ func TestRemote(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	other, err := c.Create(ctx, sdk.CreateOptions{Metadata: map[string]string{"suite": "remote", "n": "2"}})
+	other, err := c.Create(ctx, sdk.CreateOptions{Metadata: map[string]string{"suite": "remote", "n": "2"}, MemoryMB: 256, CPUs: 2})
 	if err != nil {
 		t.Fatalf("create: %v", err)
+	}
+	if info, err := other.GetInfo(ctx); err != nil || info.MemoryMB != 256 || info.CPUCount != 2 {
+		t.Errorf("GetInfo after a create with 256 MB and 2 CPUs = %+v, %v", info, err)
 	}
 	if sb.Info().EnvdAccessToken == "" || sb.Info().EnvdVersion == "" {
 		t.Errorf("create answered %+v, want an access token and an envd version", sb.Info())

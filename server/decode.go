@@ -37,6 +37,10 @@ type createBody struct {
 	AutoPause           *bool             `json:"autoPause"`
 	AutoResume          json.RawMessage   `json:"autoResume"`
 	VolumeMounts        []volumeMount     `json:"volumeMounts"`
+	// CPUCount and MemoryMB are Tupper's extensions (E2B fixes them in
+	// the template), named as in the listing.
+	CPUCount float64 `json:"cpuCount"`
+	MemoryMB int     `json:"memoryMB"`
 }
 
 // connectBody is the body of POST /sandboxes/{id}/connect and of resume.
@@ -153,6 +157,9 @@ func decodeCreate(data []byte) (*createBody, time.Duration, error) {
 	}
 	if len(b.VolumeMounts) > 0 {
 		return nil, 0, fmt.Errorf("volume mounts are not supported yet: %w", errdefs.ErrNotSupported)
+	}
+	if b.CPUCount < 0 || b.MemoryMB < 0 || math.IsNaN(b.CPUCount) || math.IsInf(b.CPUCount, 0) {
+		return nil, 0, fmt.Errorf("cpuCount and memoryMB must be positive numbers: %w", errdefs.ErrInvalidArgument)
 	}
 	if b.Network != nil {
 		if err := checkNetwork(b.Network); err != nil {
