@@ -48,6 +48,9 @@ type Config struct {
 	StatePath string
 	// DialTimeout bounds connecting to a sandbox; zero means 5 seconds.
 	DialTimeout time.Duration
+	// MCP, when set, serves /mcp (package mcp's Handler, which checks API
+	// keys itself).
+	MCP http.Handler
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -139,6 +142,12 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
 		s.serveSigned(w, r)
+		return
+	}
+	// After the sandbox routes, so that a sandbox's own /mcp stays
+	// reachable through its host name or header.
+	if s.cfg.MCP != nil && r.URL.Path == "/mcp" {
+		s.cfg.MCP.ServeHTTP(w, r)
 		return
 	}
 	s.control.ServeHTTP(w, r)

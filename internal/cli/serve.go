@@ -12,6 +12,8 @@ import (
 	"github.com/lightbearco/tupper/auth"
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/local"
+	"github.com/lightbearco/tupper/mcp"
+	"github.com/lightbearco/tupper/sdk"
 	"github.com/lightbearco/tupper/server"
 )
 
@@ -109,8 +111,12 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 		return err
 	}
 	defer rt.Close()
+	mcpHandler, err := mcp.Handler(mcp.Config{Client: &sdk.Client{Transport: rt}, Logger: g.logger()}, keys)
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(server.Config{
-		Engine: rt.Engine(), Keys: keys, Domain: domain,
+		Engine: rt.Engine(), Keys: keys, Domain: domain, MCP: mcpHandler,
 		StatePath: filepath.Join(root, "server", "state.db"), Logger: g.logger(),
 	})
 	if err != nil {

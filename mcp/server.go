@@ -1,0 +1,303 @@
+// Package mcp is Tupper's MCP server: sandboxes as tools for any Model
+// Context Protocol client. Its tools create, list and kill sandboxes, run
+// commands (in the foreground, or in the background with their output kept
+// here to poll), read and write files, and run code snippets.
+//
+// NewServer returns a github.com/modelcontextprotocol/go-sdk server that
+// `tupper mcp` runs over stdio; Handler serves the same tools over
+// Streamable HTTP, authenticated by API key, for `tupper serve`.
+//
+// Every tool has typed inputs and outputs (an inputSchema and an
+// outputSchema) and also answers with a text rendering. The schemas are
+// kept portable: no type unions, no untyped values, a description on every
+// field. Failures come back as tool results with isError set whose text
+// says what to do next; the server itself never fails a call for them.
+//
+// Sandboxes made here are tagged with their owner (MetadataOwner) and live
+// for an idle timeout: each tool call that touches one pushes its end back,
+// so that one an agent abandoned dies on its own. Under Handler, a key sees
+// and touches only the sandboxes its owner made; any other answers not
+// found.
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/sdk"
+)
+
+// Metadata keys that the server sets on the sandboxes it creates. Callers
+// may not set keys under MetadataPrefix themselves.
+const (
+	MetadataPrefix = "tupper.mcp."
+	// MetadataOwner holds the owner the sandbox was made for: the API
+	// key's id under Handler, LocalOwner over stdio.
+	MetadataOwner = MetadataPrefix + "owner"
+	// MetadataIdleTimeout holds the sandbox's idle timeout in seconds.
+	MetadataIdleTimeout = MetadataPrefix + "idle-timeout"
+	// MetadataNetwork holds the network policy asked for at create, as
+	// JSON, until Tupper enforces policies.
+	MetadataNetwork = MetadataPrefix + "network"
+)
+
+// LocalOwner is the owner recorded when Config.Owner is nil.
+const LocalOwner = "local"
+
+// Defaults of Config.
+const (
+	DefaultTimeout     = 10 * time.Minute
+	DefaultOutputLimit = 64 << 10
+	DefaultImageLimit  = 4 << 20
+	// DefaultCommandTimeout bounds a foreground command that names no
+	// timeout. It stays below the 60 seconds after which common MCP
+	// clients give up on a call, so that the agent sees the timeout and
+	// the partial output rather than a lost call.
+	DefaultCommandTimeout = 50 * time.Second
+)
+
+// SupportedProtocolVersions are the MCP protocol versions the server
+// negotiates, newest first.
+var SupportedProtocolVersions = []string{"2026-07-28", "2025-11-25", "2025-06-18"}
+
+// Config configures the MCP server.
+type Config struct {
+	// Client reaches Tupper. Required.
+	Client *sdk.Client
+	// DefaultTimeout is the idle timeout of a sandbox whose create names
+	// none: it is killed after this long without a tool call touching
+	// it. Zero means DefaultTimeout.
+	DefaultTimeout time.Duration
+	// OutputLimit caps, in bytes, each output a tool returns (a
+	// command's stdout, a file's content); longer ones are cut with a
+	// marker saying how much was shown. Zero means DefaultOutputLimit.
+	OutputLimit int
+	// ImageLimit caps the size of an image read_file returns as image
+	// content; larger images fail with a note. Zero means
+	// DefaultImageLimit.
+	ImageLimit int
+	// Owner names the owner of a call, for scoping: sandboxes are tagged
+	// with it, and a call sees only its owner's. It receives the context
+	// of the tool call, on which KeyOwner reads the API key of an HTTP
+	// session. Nil means no scoping: every sandbox is visible, and new
+	// ones are tagged LocalOwner. An Owner that returns "" refuses the
+	// call.
+	Owner func(ctx context.Context) string
+	// Tags are added to the metadata of every sandbox the server creates,
+	// for example to find and kill them when the server stops.
+	Tags map[string]string
+	// Logger receives the server's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Name and Version describe the server to clients; empty means
+	// "tupper" and "dev".
+	Name, Version string
+}
+
+// Validate fills defaults and checks the configuration.
+func (c *Config) Validate() error {
+	if c.Client == nil {
+		return fmt.Errorf("mcp: Client is required: %w", errdefs.ErrInvalidArgument)
+	}
+	if c.DefaultTimeout < 0 || c.OutputLimit < 0 || c.ImageLimit < 0 {
+		return fmt.Errorf("mcp: timeouts and limits must not be negative: %w", errdefs.ErrInvalidArgument)
+	}
+	for k := range c.Tags {
+		if strings.HasPrefix(k, MetadataPrefix) {
+			return fmt.Errorf("mcp: tag %q: keys under %q are the server's own: %w", k, MetadataPrefix, errdefs.ErrInvalidArgument)
+		}
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = DefaultTimeout
+	}
+	if c.OutputLimit == 0 {
+		c.OutputLimit = DefaultOutputLimit
+	}
+	if c.ImageLimit == 0 {
+		c.ImageLimit = DefaultImageLimit
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Name == "" {
+		c.Name = "tupper"
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	return nil
+}
+
+// instructions tell a client's model how the tools fit together.
+const instructions = `Tupper runs code in disposable, isolated sandboxes (gVisor).
+Start with create_sandbox (or list_sandboxes to reuse one), then run_command, run_code and the file tools with its sandbox id.
+Long-running commands: run_command with background: true returns a pid at once; poll command_output, send input with send_stdin, stop with kill_command.
+A sandbox is killed after its idle timeout without tool calls; kill_sandbox when done.`
+
+// NewServer returns an MCP server with Tupper's tools. Run it over stdio
+// with Server.Run, or serve it over HTTP (see Handler).
+func NewServer(cfg Config) (*mcpsdk.Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	t := &tools{
+		cfg:    cfg,
+		client: cfg.Client,
+		log:    cfg.Logger.With("component", "mcp"),
+		bg:     newBackgroundSet(cfg.OutputLimit),
+	}
+	s := mcpsdk.NewServer(&mcpsdk.Implementation{Name: cfg.Name, Title: "Tupper sandboxes", Version: cfg.Version}, &mcpsdk.ServerOptions{
+		Instructions:              instructions,
+		Logger:                    sdkLogger(cfg.Logger),
+		SupportedProtocolVersions: SupportedProtocolVersions,
+		// No logging capability: the tools are all there is.
+		Capabilities: &mcpsdk.ServerCapabilities{},
+	})
+	t.register(s)
+	return s, nil
+}
+
+// sdkLogger is the logger handed to the go-sdk: it logs every session's
+// comings and goings at info level, which is debugging detail here, so it
+// gets cfg's logger only when that logs debug messages.
+func sdkLogger(l *slog.Logger) *slog.Logger {
+	if !l.Enabled(context.Background(), slog.LevelDebug) {
+		return nil
+	}
+	return l.With("component", "mcp-sdk")
+}
+
+// tools holds what the tool handlers share. It is safe for concurrent use.
+type tools struct {
+	cfg    Config
+	client *sdk.Client
+	log    *slog.Logger
+	bg     *backgroundSet
+}
+
+// caller is who a tool call acts for.
+type caller struct {
+	// owner tags the sandboxes the call creates.
+	owner string
+	// scoped restricts the call to the sandboxes tagged with owner.
+	scoped bool
+}
+
+// owns reports whether the caller may see and touch a sandbox.
+func (c caller) owns(info *sdk.SandboxInfo) bool {
+	return !c.scoped || info.Metadata[MetadataOwner] == c.owner
+}
+
+// handler is a tool handler with its caller resolved.
+type handler[In, Out any] func(ctx context.Context, c caller, in In) (*mcpsdk.CallToolResult, Out, error)
+
+// tokenKey carries the caller's token info on the context Owner receives.
+type tokenKey struct{}
+
+// KeyOwner returns the id of the API key that authenticated the HTTP
+// request of a tool call, or "" when there is none. It is the Owner that
+// Handler uses by default.
+func KeyOwner(ctx context.Context) string {
+	ti, _ := ctx.Value(tokenKey{}).(*mcpauth.TokenInfo)
+	if ti == nil {
+		return ""
+	}
+	return ti.UserID
+}
+
+// addTool registers a typed tool whose schemas are derived from In and
+// Out, made portable, with the given enums on input properties.
+func addTool[In, Out any](s *mcpsdk.Server, t *tools, tool *mcpsdk.Tool, enums map[string][]any, h handler[In, Out]) {
+	tool.InputSchema = schemaFor[In](enums)
+	tool.OutputSchema = schemaFor[Out](nil)
+	mcpsdk.AddTool(s, tool, func(ctx context.Context, req *mcpsdk.CallToolRequest, in In) (*mcpsdk.CallToolResult, Out, error) {
+		var zero Out
+		if req.Extra != nil && req.Extra.TokenInfo != nil {
+			ctx = context.WithValue(ctx, tokenKey{}, req.Extra.TokenInfo)
+		}
+		c := caller{owner: LocalOwner}
+		if t.cfg.Owner != nil {
+			c = caller{owner: t.cfg.Owner(ctx), scoped: true}
+			if c.owner == "" {
+				return nil, zero, errors.New("this session has no owner: connect with an API key (X-API-KEY or Authorization: Bearer)")
+			}
+		}
+		start := time.Now()
+		res, out, err := h(ctx, c, in)
+		log := t.log.With("op", tool.Name, "owner", c.owner, "took", time.Since(start).Round(time.Millisecond))
+		if err != nil {
+			log.Info("tool call failed", "err", err)
+			return nil, zero, err
+		}
+		log.Debug("tool call")
+		return res, out, nil
+	})
+}
+
+// schemaFor derives T's JSON schema and makes it portable across clients:
+// the go-sdk's inference spells slices and pointers as ["null", T] type
+// unions, which clients that map schemas onto a single-type dialect reject,
+// so the null branch is dropped (outputs never carry null: nil slices and
+// pointers are omitted or made empty). enums restrict top-level string
+// properties to their values.
+func schemaFor[T any](enums map[string][]any) *jsonschema.Schema {
+	s, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcp: schema of %T: %v", *new(T), err))
+	}
+	portable(s)
+	for name, values := range enums {
+		p := s.Properties[name]
+		if p == nil {
+			panic(fmt.Sprintf("mcp: schema of %T has no property %q for an enum", *new(T), name))
+		}
+		p.Enum = values
+	}
+	return s
+}
+
+func portable(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	if len(s.Types) > 0 {
+		var kept []string
+		for _, t := range s.Types {
+			if t != "null" {
+				kept = append(kept, t)
+			}
+		}
+		if len(kept) == 1 {
+			s.Type, s.Types = kept[0], nil
+		} else {
+			s.Types = kept
+		}
+	}
+	for _, p := range s.Properties {
+		portable(p)
+	}
+	portable(s.Items)
+	portable(s.AdditionalProperties)
+}
+
+// register adds every tool to s.
+func (t *tools) register(s *mcpsdk.Server) {
+	t.registerSandboxes(s)
+	t.registerCommands(s)
+	t.registerFiles(s)
+	t.registerCode(s)
+}
+
+// Hints for tool annotations.
+var (
+	yes = func() *bool { b := true; return &b }()
+	no  = func() *bool { b := false; return &b }()
+)
