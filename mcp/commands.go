@@ -199,7 +199,9 @@ func (t *tools) startBackground(ctx context.Context, sb *sdk.Sandbox, in runComm
 		return nil, out, err
 	}
 	opts := append(commandOptions(in.Cwd, in.User, in.Env, timeout),
-		sdk.WithStdin(true), sdk.WithOnStdout(bc.stdout.Write), sdk.WithOnStderr(bc.stderr.Write))
+		sdk.WithStdin(true), sdk.WithOnStdout(bc.stdout.Write), sdk.WithOnStderr(bc.stderr.Write),
+		// The capped buffers above keep the output; the handle keeps none.
+		sdk.WithMaxOutput(-1))
 	h, err := sb.Commands.Start(ctx, in.Command, opts...)
 	if err != nil {
 		return nil, out, explain(ctx, "start the command", sb.ID(), err)

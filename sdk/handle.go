@@ -3,7 +3,6 @@ package sdk
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,8 +31,9 @@ type CommandHandle struct {
 	disconnected atomic.Bool
 
 	mu     sync.Mutex
-	stdout strings.Builder
-	stderr strings.Builder
+	keep   int // see commandOptions.keep
+	stdout tailBuffer
+	stderr tailBuffer
 
 	// Set by the follower goroutine before done is closed.
 	result *CommandResult
@@ -71,6 +71,7 @@ func follow(ctx context.Context, cmds *Commands, stream eventStream, cancel cont
 		onStdout: o.onStdout,
 		onStderr: o.onStderr,
 		onPTY:    onPTY,
+		keep:     o.keep,
 	}
 	// Until the process runs, the caller's ctx bounds the wait.
 	stop := context.AfterFunc(ctx, cancel)
@@ -160,7 +161,7 @@ func (h *CommandHandle) data(d *process.ProcessEvent_DataEvent) {
 	case *process.ProcessEvent_DataEvent_Stdout:
 		s := string(out.Stdout)
 		h.mu.Lock()
-		h.stdout.WriteString(s)
+		h.stdout.add(s, h.keep)
 		h.mu.Unlock()
 		if h.onStdout != nil {
 			h.onStdout(s)
@@ -168,7 +169,7 @@ func (h *CommandHandle) data(d *process.ProcessEvent_DataEvent) {
 	case *process.ProcessEvent_DataEvent_Stderr:
 		s := string(out.Stderr)
 		h.mu.Lock()
-		h.stderr.WriteString(s)
+		h.stderr.add(s, h.keep)
 		h.mu.Unlock()
 		if h.onStderr != nil {
 			h.onStderr(s)
@@ -238,3 +239,25 @@ func (h *CommandHandle) Disconnect() {
 	h.disconnected.Store(true)
 	h.cancel()
 }
+
+// tailBuffer keeps a stream's output, or its last bytes under a bound.
+type tailBuffer struct{ b []byte }
+
+// add appends s, keeping everything when keep is 0, the last keep bytes
+// when it is positive, and nothing when it is negative.
+func (t *tailBuffer) add(s string, keep int) {
+	switch {
+	case keep < 0:
+		return
+	case keep == 0:
+		t.b = append(t.b, s...)
+		return
+	}
+	t.b = append(t.b, s...)
+	if over := len(t.b) - keep; over > 0 {
+		// Shift rather than reslice, so the array does not grow for ever.
+		t.b = t.b[:copy(t.b, t.b[over:])]
+	}
+}
+
+func (t *tailBuffer) String() string { return string(t.b) }

@@ -30,6 +30,9 @@ type commandOptions struct {
 	onStderr func(string)
 	stdin    bool
 	tag      string
+	// keep bounds the output a handle keeps per stream: 0 keeps all, a
+	// positive n the last n bytes, a negative value none.
+	keep int
 }
 
 func newCommandOptions(opts []CommandOption) *commandOptions {
@@ -111,6 +114,15 @@ func WithOnStdout(fn func(string)) CommandOption {
 // under the same rules as WithOnStdout.
 func WithOnStderr(fn func(string)) CommandOption {
 	return commandOption(func(o *commandOptions) { o.onStderr = fn })
+}
+
+// WithMaxOutput bounds the output a command's result and handle keep: the
+// last n bytes of stdout and of stderr each, or none when n is negative. The
+// default keeps everything, as E2B's SDKs do; callers that stream a chatty
+// command through WithOnStdout should bound it, since the callbacks still see
+// every byte.
+func WithMaxOutput(n int) CommandOption {
+	return commandOption(func(o *commandOptions) { o.keep = n })
 }
 
 // WithStdin keeps the command's standard input open for SendStdin. Without

@@ -83,6 +83,8 @@ func runExec(ctx context.Context, g *globals, o *execOptions) error {
 	opts := []sdk.CommandOption{
 		sdk.WithTimeout(o.timeout),
 		sdk.WithStdin(o.stdin),
+		// The output goes straight to our stdout; the handle keeps none.
+		sdk.WithMaxOutput(-1),
 		sdk.WithOnStdout(func(s string) { io.WriteString(g.stdout, s) }),
 		sdk.WithOnStderr(func(s string) { io.WriteString(g.stderr, s) }),
 	}

@@ -85,6 +85,8 @@ func runRun(ctx context.Context, g *globals, o *runOptions) error {
 	}
 	opts := []sdk.CommandOption{
 		sdk.WithTimeout(o.timeout),
+		// The output goes straight to our stdout; the handle keeps none.
+		sdk.WithMaxOutput(-1),
 		sdk.WithOnStdout(func(s string) { fmt.Fprint(g.stdout, s) }),
 		sdk.WithOnStderr(func(s string) { fmt.Fprint(g.stderr, s) }),
 	}
