@@ -12,6 +12,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/lightbearco/tupper/agent/filesystem"
+	"github.com/lightbearco/tupper/agent/filesystem/userfs"
+	"github.com/lightbearco/tupper/agent/identity"
 	fspb "github.com/lightbearco/tupper/proto/filesystem"
 	"github.com/lightbearco/tupper/proto/filesystem/filesystemconnect"
 )
@@ -132,6 +134,25 @@ func TestWatchDir(t *testing.T) {
 			for _, e := range w.seen {
 				if strings.HasPrefix(e.name, "sub/") {
 					t.Errorf("non-recursive watch reported %v", e)
+				}
+			}
+		})
+
+		t.Run("upload lands as create then write", func(t *testing.T) {
+			dir := t.TempDir()
+			w := startWatchDir(t, c, req(&fspb.WatchDirRequest{Path: dir}, ""))
+			root, err := identity.Lookup("root")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The way /files writes: a temporary file renamed into place.
+			if _, err := userfs.WriteFile(filepath.Join(dir, "up.txt"), strings.NewReader("data"), root); err != nil {
+				t.Fatal(err)
+			}
+			w.expect(t, ev{"up.txt", create}, ev{"up.txt", write})
+			for _, e := range w.seen {
+				if e.name != "up.txt" {
+					t.Errorf("the upload's temporary file showed: %v", e)
 				}
 			}
 		})

@@ -46,6 +46,10 @@ type dirWatcher struct {
 	// rename twice (from its parent and from the directory itself); a name
 	// cannot go twice without coming back, so the repeat is dropped.
 	gone map[string]struct{}
+
+	// landing holds directories where an upload's temporary file was just
+	// renamed away: the next file created there is that upload landing.
+	landing map[string]struct{}
 }
 
 // maxGone bounds dirWatcher.gone; past it the set starts over, at worst
@@ -88,12 +92,13 @@ func startWatch(opts watchOptions, log *slog.Logger) (*dirWatcher, error) {
 		return nil, fmt.Errorf("watch %s: %w", opts.path, classifyWatchErr(err))
 	}
 	d := &dirWatcher{
-		opts: opts,
-		root: root,
-		fsw:  fsw,
-		log:  log.With("op", "watch", "path", opts.path),
-		dirs: make(map[string]struct{}),
-		gone: make(map[string]struct{}),
+		opts:    opts,
+		root:    root,
+		fsw:     fsw,
+		log:     log.With("op", "watch", "path", opts.path),
+		dirs:    make(map[string]struct{}),
+		gone:    make(map[string]struct{}),
+		landing: make(map[string]struct{}),
 	}
 	if err := d.add(root); err != nil {
 		fsw.Close()
@@ -160,6 +165,12 @@ func (d *dirWatcher) handle(ev fsnotify.Event, emit func(*fspb.FilesystemEvent) 
 	// Uploads write to a temporary file and rename it into place; clients
 	// see the finished file appear, not the temporary one.
 	if userfs.IsTempName(filepath.Base(ev.Name)) {
+		if ev.Has(fsnotify.Rename) {
+			if len(d.landing) >= maxGone {
+				clear(d.landing)
+			}
+			d.landing[filepath.Dir(ev.Name)] = struct{}{}
+		}
 		return nil
 	}
 	for _, t := range eventTypes {
@@ -167,6 +178,15 @@ func (d *dirWatcher) handle(ev fsnotify.Event, emit func(*fspb.FilesystemEvent) 
 			continue
 		}
 		if err := d.emit(ev.Name, t.typ, emit); err != nil {
+			return err
+		}
+	}
+	// An upload lands by a rename, which inotify reports as a create only.
+	// Clients of envd, which writes in place, wait for a write after
+	// files.write, so report one: the file's content did change.
+	if _, ok := d.landing[filepath.Dir(ev.Name)]; ok && ev.Has(fsnotify.Create) {
+		delete(d.landing, filepath.Dir(ev.Name))
+		if err := d.emit(ev.Name, fspb.EventType_EVENT_TYPE_WRITE, emit); err != nil {
 			return err
 		}
 	}
