@@ -60,23 +60,29 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 	}
 }
 
-// forward proxies r to t.
+// forward proxies r to t, full duplex (see fullduplex.go), ending the
+// request when the sandbox stops running (see inflight.go).
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *proxyTarget) {
-	// Full duplex: the agent may answer a stream (start{pid}) before the
-	// proxy has finished passing on the request body, which the SDKs send
-	// chunked. Without this, writing the response header makes the
-	// HTTP/1.1 server drain and close the request body under the
-	// transport, which then aborts the connection to the agent and cuts
-	// the stream short (the JS SDK's "[unknown] terminated"). HTTP/2
-	// writers are always full duplex and refuse the call; that is fine.
-	_ = http.NewResponseController(w).EnableFullDuplex()
-	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+	ctx, done := s.inflight.track(r.Context(), t.sandboxID)
+	defer done()
+	out := r.WithContext(context.WithValue(ctx, targetKey{}, t))
+	if body := enableFullDuplex(w, r); body != nil {
+		out.Body = body
+		defer body.finish()
+	}
+	s.proxy.ServeHTTP(w, out)
 }
 
 // proxyError answers a request the proxy could not complete. Once the
-// response has started there is nothing to answer: the stream just ends.
+// response has started there is nothing to answer: the stream just ends
+// (the proxy aborts the connection, so that the client sees it cut).
 func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	t, _ := r.Context().Value(targetKey{}).(*proxyTarget)
+	if errors.Is(context.Cause(r.Context()), errSandboxGone) {
+		s.log.Debug("sandbox stopped during a request", "sandbox", t.sandboxID, "path", r.URL.Path)
+		writeDataError(w, r, http.StatusBadGateway, fmt.Sprintf("sandbox %s stopped running during the request: it was killed or timed out", t.sandboxID))
+		return
+	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		s.log.Debug("client went away", "sandbox", t.sandboxID, "path", r.URL.Path)
 		return

@@ -91,6 +91,8 @@ type Server struct {
 	// agents carries the data plane's requests to sandboxes.
 	agents *http.Transport
 	proxy  *httputil.ReverseProxy
+	// inflight ends data-plane requests whose sandbox stops running.
+	inflight *inflight
 	// metrics asks agents for /metrics on the control plane's behalf.
 	metrics *http.Client
 }
@@ -111,6 +113,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.agents = newAgentTransport(cfg.DialTimeout)
 	s.proxy = s.newProxy()
+	s.inflight = newInflight(cfg.Engine.Running, sweepInterval)
 	s.metrics = &http.Client{Transport: s.agents, Timeout: 10 * time.Second}
 	s.control = s.controlPlane()
 	s.handler = s.logged(http.HandlerFunc(s.route))
