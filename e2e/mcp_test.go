@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,12 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lightbearco/tupper/auth"
-	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/internal/testutil"
-	"github.com/lightbearco/tupper/local"
-	"github.com/lightbearco/tupper/mcp"
-	"github.com/lightbearco/tupper/sdk"
 )
 
 // TestMCPStdio runs mcp/scenario.mjs, with the pinned MCP Inspector CLI and
@@ -42,55 +36,22 @@ func TestMCPStdio(t *testing.T) {
 	}
 }
 
-// TestMCPHTTP runs mcp/scenario.mjs against the Streamable HTTP handler
-// that `tupper serve` mounts at /mcp, on a real engine, with two API keys:
-// each sees only its own sandboxes.
+// TestMCPHTTP runs mcp/scenario.mjs against /mcp of a real `tupper serve`,
+// with two API keys: each sees only its own sandboxes.
 func TestMCPHTTP(t *testing.T) {
 	node, dir := mcpNodeSetup(t)
-	_, agent := e2eBinaries(t)
-	storeRoot, template := testutil.TestImage(t)
-	root := mcpShortDir(t, "tmh-")
+	d := startServeDaemon(t)
+	tupper, _ := e2eBinaries(t)
+	out, err := exec.Command(tupper, "--root", d.Root, "keys", "create", "--name", "someone-else").Output()
+	if err != nil {
+		t.Fatalf("tupper keys create: %v", err)
+	}
+	other := strings.TrimSpace(string(out))
+	mcpRunScenario(t, node, dir, "http", "MCP_URL="+d.URL+"/mcp", "MCP_KEY="+d.Key, "MCP_OTHER_KEY="+other)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rt, err := local.Open(ctx, local.Config{
-		Root: root, ImageRoot: storeRoot, AgentPath: agent,
-		Engine: engine.Config{DefaultTemplate: template},
-	})
-	if err != nil {
-		t.Fatalf("open runtime: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := rt.Engine().KillAll(ctx); err != nil {
-			t.Errorf("kill all: %v", err)
-		}
-		rt.Close()
-	})
-	keys, err := auth.Open(filepath.Join(root, "keys.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { keys.Close() })
-	key, _, err := keys.Create(ctx, "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, _, err := keys.Create(ctx, "someone-else")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := mcp.Handler(mcp.Config{Client: &sdk.Client{Transport: rt}}, keys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(h)
-	// Close after the node process is gone, not before: Close waits for
-	// open streams.
-	t.Cleanup(ts.Close)
-	mcpRunScenario(t, node, dir, "http", "MCP_URL="+ts.URL+"/mcp", "MCP_KEY="+key, "MCP_OTHER_KEY="+other)
-	if n := len(rt.Engine().Running()); n != 0 {
-		t.Errorf("%d sandboxes still run after the scenario", n)
+	if ids := d.sandboxIDs(ctx, t); len(ids) != 0 {
+		t.Errorf("sandboxes still run after the scenario: %v", ids)
 	}
 }
 
