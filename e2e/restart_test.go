@@ -222,6 +222,18 @@ drain:
 			t.Errorf("after the timeout the sandboxes are %v, want only %s", got, keep.ID)
 		}
 	})
+
+	t.Run("graceful stop leaves sandboxes running", func(t *testing.T) {
+		d.stop(t) // SIGTERM
+		d.start(t)
+		if got := d.listSandboxes(t); got[keep.ID] == nil {
+			t.Fatalf("after a SIGTERM and a start the sandboxes are %v, want %s", got, keep.ID)
+		}
+		conn := d.dataPlane(keep)
+		if out := conn.run(t, "echo after-sigterm"); out != "after-sigterm\n" {
+			t.Errorf("a command after the graceful restart printed %q", out)
+		}
+	})
 }
 
 // createdSandbox is what create answered.

@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -26,6 +28,9 @@ type serveOptions struct {
 	// a shared, already built image store and name its default image.
 	imageRoot       string
 	defaultTemplate string
+	// killOnExit kills every sandbox when the daemon stops; by default
+	// they keep running and the next start re-attaches to them.
+	killOnExit bool
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -51,6 +56,7 @@ The first start creates an API key and prints it once.`,
 	f.StringVar(&o.certFile, "tls-cert", "", "TLS certificate file (serve HTTPS)")
 	f.StringVar(&o.keyFile, "tls-key", "", "TLS key file")
 	f.BoolVar(&o.allowInsecureRemote, "allow-insecure-remote", false, "allow plain HTTP on an address other than loopback (keys cross the network in the clear)")
+	f.BoolVar(&o.killOnExit, "kill-on-exit", false, "kill every sandbox when the daemon stops (default: leave them running; the next start re-attaches)")
 	f.StringVar(&o.imageRoot, "image-root", "", "image store directory (default <root>/images)")
 	f.StringVar(&o.defaultTemplate, "default-template", "", `template of creates that name none (default "base")`)
 	_ = f.MarkHidden("image-root")
@@ -124,5 +130,13 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 	}
 	defer srv.Close()
 	fmt.Fprintf(g.stderr, "tupper serve: listening on %s\n", url)
-	return server.Serve(ctx, ln, srv, listen)
+	err = server.Serve(ctx, ln, srv, listen)
+	if o.killOnExit {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		if kerr := rt.Engine().KillAll(kctx); kerr != nil {
+			err = errors.Join(err, fmt.Errorf("kill sandboxes on exit: %w", kerr))
+		}
+	}
+	return err
 }
