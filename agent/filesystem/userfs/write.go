@@ -123,10 +123,7 @@ func copyTo(f *os.File, r io.Reader) (int64, error) {
 		// Fill the buffer before writing: a network body arrives a few
 		// KiB at a time, and each write is a system call, which costs
 		// far more inside gVisor than the copy does.
-		m, rerr := io.ReadFull(r, buf)
-		if rerr == io.ErrUnexpectedEOF {
-			rerr = io.EOF
-		}
+		m, rerr := fill(r, buf)
 		if m > 0 {
 			if _, werr := f.Write(buf[:m]); werr != nil {
 				return n, fmt.Errorf("write %s: %w", f.Name(), Classify(werr))
@@ -140,6 +137,21 @@ func copyTo(f *os.File, r io.Reader) (int64, error) {
 			return n, &ReadError{Err: rerr}
 		}
 	}
+}
+
+// fill reads into buf until it is full or r fails, returning r's error as
+// is: unlike io.ReadFull it never turns an error into io.ErrUnexpectedEOF,
+// which a truncated HTTP body itself reports.
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func createTemp(dir string) (*os.File, error) {
