@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/cleanup"
 )
 
 // Pool makes and removes sandbox network endpoints. It is safe for
@@ -76,10 +77,10 @@ func (p *Pool) Setup(ctx context.Context, id string) (_ *Endpoint, retErr error)
 	log := p.log.With("sandbox", id, "op", "network-setup")
 	ep := &Endpoint{ID: id, NetNSPath: p.NetNSPath(id), HostIf: p.hostIf(id)}
 
-	var undo cleanupStack
+	var undo cleanup.Stack
 	defer func() {
 		if retErr != nil {
-			if err := undo.run(); err != nil {
+			if err := undo.Run(); err != nil {
 				log.Warn("network setup: cleanup failed", "err", err)
 			}
 		}
@@ -113,7 +114,7 @@ func (p *Pool) Setup(ctx context.Context, id string) (_ *Endpoint, retErr error)
 	if err := p.writeLease(ep); err != nil {
 		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
 	}
-	undo.add(func() error { return removeIfExists(p.leasePath(id)) })
+	undo.Add(func() error { return removeIfExists(p.leasePath(id)) })
 
 	if err := createNetNS(ep.NetNSPath); err != nil {
 		if errors.Is(err, fs.ErrExist) {
@@ -121,7 +122,7 @@ func (p *Pool) Setup(ctx context.Context, id string) (_ *Endpoint, retErr error)
 		}
 		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
 	}
-	undo.add(func() error { return removeNetNS(ep.NetNSPath) })
+	undo.Add(func() error { return removeNetNS(ep.NetNSPath) })
 
 	ns, err := netns.GetFromPath(ep.NetNSPath)
 	if err != nil {
@@ -140,7 +141,7 @@ func (p *Pool) Setup(ctx context.Context, id string) (_ *Endpoint, retErr error)
 		}
 		return nil, fmt.Errorf("sandbox %q: network: add veth %s: %w", id, ep.HostIf, err)
 	}
-	undo.add(func() error { return deleteLink(ep.HostIf) })
+	undo.Add(func() error { return deleteLink(ep.HostIf) })
 
 	if err := p.configureHostSide(ep); err != nil {
 		return nil, fmt.Errorf("sandbox %q: network: host side %s: %w", id, ep.HostIf, err)
@@ -154,12 +155,12 @@ func (p *Pool) Setup(ctx context.Context, id string) (_ *Endpoint, retErr error)
 		return nil, fmt.Errorf("sandbox %q: network: namespace side: %w", id, err)
 	}
 	if p.cfg.Policy != nil {
-		undo.add(func() error { return p.cfg.Policy.Remove(context.WithoutCancel(ctx), ep) })
+		undo.Add(func() error { return p.cfg.Policy.Remove(context.WithoutCancel(ctx), ep) })
 		if err := p.cfg.Policy.Apply(ctx, ep); err != nil {
 			return nil, fmt.Errorf("sandbox %q: network: policy: %w", id, err)
 		}
 	}
-	undo.release()
+	undo.Release()
 	log.Debug("network ready", "hostIf", ep.HostIf, "addr", ep.SandboxAddr, "took", time.Since(begin))
 	return ep, nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/cleanup"
 	"github.com/lightbearco/tupper/network"
 )
 
@@ -144,12 +145,12 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	begin := time.Now()
 	step := func(name string, since time.Time) { log.Debug("step done", "step", name, "took", time.Since(since)) }
 
-	var undo cleanupStack
+	var undo cleanup.Stack
 	defer func() {
 		if retErr == nil {
 			return
 		}
-		if err := undo.run(); err != nil {
+		if err := undo.Run(); err != nil {
 			log.Error("undo of a failed start left something behind", "err", err)
 			retErr = errors.Join(retErr, fmt.Errorf("cleanup: %w", err))
 		}
@@ -169,7 +170,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		}
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
-	undo.add(func() error { return removeBundle(dir) })
+	undo.Add(func() error { return removeBundle(dir) })
 	if dirs, err := cgroupDirs(cgPath); err != nil || len(dirs) > 0 {
 		// Someone else's sandbox of this id (another Root) owns the cgroup.
 		return nil, fmt.Errorf("sandbox %q: cgroup %s in use (%v): %w", id, cgPath, err, errdefs.ErrAlreadyExists)
@@ -186,7 +187,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
-	undo.add(func() error { return unmountRootFS(dir) })
+	undo.Add(func() error { return unmountRootFS(dir) })
 	step("claim", t)
 
 	t = time.Now()
@@ -194,7 +195,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	if err != nil {
 		return nil, err
 	}
-	undo.add(func() error {
+	undo.Add(func() error {
 		c, cancel := cleanupCtx()
 		defer cancel()
 		return b.pool.Teardown(c, id)
@@ -221,7 +222,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
 	defer console.Close()
-	undo.add(func() error {
+	undo.Add(func() error {
 		c, cancel := cleanupCtx()
 		defer cancel()
 		return errors.Join(b.destroy(c, id), removeCgroup(cgPath))
@@ -270,7 +271,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	if err := writeJSON(filepath.Join(dir, recordFile), record{Sandbox: sb, Limits: lim, Labels: spec.Labels}); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
-	undo.release()
+	undo.Release()
 	log.Info("sandbox started", "addr", sb.AgentAddr, "pid", pid, "took", time.Since(begin))
 	return &sb, nil
 }
