@@ -4,20 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/lightbearco/tupper/internal/testutil"
 	pb "github.com/lightbearco/tupper/proto/process"
 	"github.com/lightbearco/tupper/proto/process/processconnect"
 )
@@ -80,7 +77,7 @@ drain:
 	}
 
 	// While the daemon is down, one sandbox's runsc processes die.
-	killSandboxProcesses(t, doomed.ID)
+	testutil.CrashSandbox(t, doomed.ID)
 	if wait := time.Until(expiresAt.Add(time.Second)); wait > 0 {
 		time.Sleep(wait)
 	}
@@ -124,7 +121,7 @@ drain:
 	})
 
 	t.Run("expired while down", func(t *testing.T) {
-		pollUntil(t, 30*time.Second, "the sandbox that expired while the daemon was down to be killed", func() bool {
+		testutil.WaitFor(t, 30*time.Second, "the sandbox that expired while the daemon was down to be killed", func() bool {
 			status, _ := d.getSandbox(t, expiring.ID)
 			return status == http.StatusNotFound
 		})
@@ -214,7 +211,7 @@ drain:
 		if err != nil || status != http.StatusNoContent {
 			t.Fatalf("set a 2 s timeout: %d %s %v", status, body, err)
 		}
-		pollUntil(t, 30*time.Second, "the sandbox to die of its new timeout", func() bool {
+		testutil.WaitFor(t, 30*time.Second, "the sandbox to die of its new timeout", func() bool {
 			status, _ := d.getSandbox(t, short.ID)
 			return status == http.StatusNotFound
 		})
@@ -428,49 +425,4 @@ func logMentions(log string, words ...string) bool {
 		}
 	}
 	return false
-}
-
-// killSandboxProcesses kills with SIGKILL every host process of sandbox id
-// (runsc's sandbox and gofer), as a crash would, and waits until they are
-// reaped: a zombie still counts as running to runsc.
-func killSandboxProcesses(t *testing.T, id string) {
-	t.Helper()
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	var pids []int
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil || !strings.Contains(string(b), id) {
-			continue
-		}
-		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if syscall.Kill(pid, syscall.SIGKILL) == nil {
-			pids = append(pids, pid)
-		}
-	}
-	if len(pids) == 0 {
-		t.Fatalf("no host process of sandbox %s found", id)
-	}
-	pollUntil(t, 30*time.Second, fmt.Sprintf("the processes %v of sandbox %s to be reaped", pids, id), func() bool {
-		for _, pid := range pids {
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-				return false
-			}
-		}
-		return true
-	})
-}
-
-// pollUntil polls cond until it holds, or fails the test after bound.
-func pollUntil(t *testing.T, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %v waiting for %s", bound, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

@@ -2,14 +2,11 @@ package local_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -101,18 +98,6 @@ func run(t testing.TB, sb *sdk.Sandbox, cmd string, opts ...sdk.CommandOption) *
 	return res
 }
 
-// waitFor polls cond until it holds or the bound passes.
-func waitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %v waiting for %s", bound, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // leftovers lists what the host still holds of the stack at root, beyond
 // the files in baseline (from treeOf) and for the sandboxes ids: processes,
 // mounts, veths, cgroups and state files. What mentions keep (a sandbox
@@ -176,38 +161,4 @@ func treeOf(t testing.TB, dir string) map[string]bool {
 		return nil
 	})
 	return out
-}
-
-// killSandboxProcess kills with SIGKILL every host process of sandbox id
-// (runsc's sandbox and gofer), as a crash would.
-func killSandboxProcess(t testing.TB, id string) error {
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	var pids []int
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil || !strings.Contains(string(b), id) {
-			continue
-		}
-		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if syscall.Kill(pid, syscall.SIGKILL) == nil {
-			pids = append(pids, pid)
-		}
-	}
-	if len(pids) == 0 {
-		return fmt.Errorf("no host process of sandbox %s found", id)
-	}
-	// Wait until they are reaped, as they would be long before a real
-	// restart: a zombie still counts as running to runsc.
-	waitFor(t, 30*time.Second, "the killed sandbox processes to be reaped", func() bool {
-		for _, pid := range pids {
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-				return false
-			}
-		}
-		return true
-	})
-	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/sdk"
 )
 
@@ -132,7 +133,7 @@ print(n)`
 		// Under gVisor the sandbox is one host process, so the kernel's
 		// OOM killer ends the whole sandbox; the engine must notice and
 		// report it.
-		waitFor(t, 30*time.Second, "the out-of-memory sandbox to be reported dead", func() bool {
+		testutil.WaitFor(t, 30*time.Second, "the out-of-memory sandbox to be reported dead", func() bool {
 			_, err := small.GetInfo(ctx)
 			return errors.Is(err, errdefs.ErrNotFound)
 		})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/sdk"
 )
 
@@ -37,10 +38,8 @@ func TestNoLeaksAfterCycles(t *testing.T) {
 			}
 		case 2: // the sandbox crashed: its host processes died, and the
 			// engine cleans up on its own.
-			if err := killSandboxProcess(t, sb.ID()); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, 30*time.Second, "the engine to notice the crash", func() bool {
+			testutil.CrashSandbox(t, sb.ID())
+			testutil.WaitFor(t, 30*time.Second, "the engine to notice the crash", func() bool {
 				_, err := sb.GetInfo(ctx)
 				return errors.Is(err, errdefs.ErrNotFound)
 			})

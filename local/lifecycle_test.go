@@ -11,6 +11,7 @@ import (
 
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/sdk"
 )
 
@@ -136,7 +137,7 @@ func TestTimeoutKillsSandbox(t *testing.T) {
 	s := newStack(t, engine.Config{})
 	ctx := context.Background()
 	sb := s.create(t, sdk.CreateOptions{Timeout: 2 * time.Second})
-	waitFor(t, time.Minute, "the sandbox to die by timeout", func() bool {
+	testutil.WaitFor(t, time.Minute, "the sandbox to die by timeout", func() bool {
 		_, err := sb.GetInfo(ctx)
 		return errors.Is(err, errdefs.ErrNotFound)
 	})
@@ -169,9 +170,7 @@ func TestRestartReattaches(t *testing.T) {
 	s.rt.Close()
 	s.rt = nil
 	// While it is down, one sandbox's root process dies.
-	if err := killSandboxProcess(t, doomed.ID()); err != nil {
-		t.Fatal(err)
-	}
+	testutil.CrashSandbox(t, doomed.ID())
 	s.open(t)
 
 	again, err := s.client.Connect(ctx, sb.ID())
@@ -209,7 +208,7 @@ func TestRestartReattaches(t *testing.T) {
 	if err := shortAgain.SetTimeout(ctx, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "the re-attached sandbox to time out", func() bool {
+	testutil.WaitFor(t, time.Minute, "the re-attached sandbox to time out", func() bool {
 		_, err := shortAgain.GetInfo(ctx)
 		return errors.Is(err, errdefs.ErrNotFound)
 	})
