@@ -56,7 +56,7 @@ func TestBuildDebian(t *testing.T) {
 	}
 	testutil.RequiresRoot(t)
 	if _, err := exec.LookPath("mmdebstrap"); err != nil {
-		t.Skip("needs mmdebstrap: apt-get install mmdebstrap")
+		testutil.Skip(t, "needs mmdebstrap: apt-get install mmdebstrap")
 	}
 	s := newStore(t)
 	rec := &recorder{}

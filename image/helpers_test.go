@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lightbearco/tupper/image"
+	"github.com/lightbearco/tupper/internal/testutil"
 )
 
 // testTime is the modification time of every entry the tests put in layers.
@@ -387,6 +388,6 @@ func ctx(t testing.TB) context.Context {
 func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to keep file ownership: run the tests as root (CI does)")
+		testutil.Skip(t, "needs root to keep file ownership: run the tests as root (CI does)")
 	}
 }

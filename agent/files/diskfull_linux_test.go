@@ -3,6 +3,7 @@ package files_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lightbearco/tupper/agent/files"
+	"github.com/lightbearco/tupper/internal/testutil"
 )
 
 // mountTmpfs mounts a small tmpfs in a temporary directory for the test.
@@ -22,7 +24,7 @@ func mountTmpfs(t *testing.T, size string) string {
 		t.Fatal(err)
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
-		t.Skipf("cannot mount tmpfs: %v", err)
+		testutil.Skip(t, fmt.Sprintf("cannot mount tmpfs: %v", err))
 	}
 	t.Cleanup(func() {
 		if err := unix.Unmount(dir, 0); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lightbearco/tupper/agent/files"
+	"github.com/lightbearco/tupper/internal/testutil"
 )
 
 const unicodeName = "ünïcødé 文件.txt"
@@ -53,7 +54,7 @@ func filesURL(base string, query ...string) string {
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: writes files owned by other users")
+		testutil.Skip(t, "needs root: writes files owned by other users")
 	}
 }
 

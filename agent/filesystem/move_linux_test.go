@@ -2,6 +2,7 @@ package filesystem_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lightbearco/tupper/agent/filesystem"
+	"github.com/lightbearco/tupper/internal/testutil"
 	fspb "github.com/lightbearco/tupper/proto/filesystem"
 	"github.com/lightbearco/tupper/proto/filesystem/filesystemconnect"
 )
@@ -19,7 +21,7 @@ func TestMoveAcrossFilesystems(t *testing.T) {
 	mnt := filepath.Join(t.TempDir(), "tmpfs")
 	mustMkdir(t, mnt)
 	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
-		t.Skipf("cannot mount tmpfs: %v", err)
+		testutil.Skip(t, fmt.Sprintf("cannot mount tmpfs: %v", err))
 	}
 	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
 	src := filepath.Join(t.TempDir(), "f")

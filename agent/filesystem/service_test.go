@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/lightbearco/tupper/agent/filesystem"
+	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/proto/filesystem/filesystemconnect"
 )
 
@@ -75,7 +76,7 @@ func codeOf(err error) connect.Code {
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates files owned by other users")
+		testutil.Skip(t, "needs root: creates files owned by other users")
 	}
 }
 

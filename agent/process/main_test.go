@@ -16,6 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/lightbearco/tupper/internal/testutil"
 	pb "github.com/lightbearco/tupper/proto/process"
 	"github.com/lightbearco/tupper/proto/process/processconnect"
 )
@@ -57,7 +58,7 @@ type testEnv struct {
 func newTestEnv(t *testing.T, opts ...connect.ClientOption) *testEnv {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: commands run as other users through setuid")
+		testutil.Skip(t, "needs root: commands run as other users through setuid")
 	}
 	svc, err := New(Config{
 		DefaultUser: "root",

@@ -4,6 +4,7 @@ package gvisor_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"testing"
@@ -18,10 +19,10 @@ import (
 // with the real agent and the Debian test image.
 func TestConformance(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root for runsc, cgroups and network namespaces")
+		testutil.Skip(t, "needs root for runsc, cgroups and network namespaces")
 	}
 	if _, err := gvisor.FindRunsc(); err != nil {
-		t.Skipf("runsc not found: %v (set %s)", err, gvisor.RunscEnv)
+		testutil.Skip(t, fmt.Sprintf("runsc not found: %v (set %s)", err, gvisor.RunscEnv))
 	}
 	if testing.Short() {
 		t.Skip("short mode: the conformance suite boots gVisor sandboxes")

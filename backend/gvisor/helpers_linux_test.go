@@ -25,6 +25,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/network"
 )
 
@@ -124,7 +125,7 @@ func buildTestAgent(dir string) (string, error) {
 func requireSandboxes(tb testing.TB) {
 	tb.Helper()
 	if testSkip != "" {
-		tb.Skip(testSkip)
+		testutil.Skip(tb, testSkip)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/lightbearco/tupper/internal/testutil"
 	pb "github.com/lightbearco/tupper/proto/process"
 	"github.com/lightbearco/tupper/proto/process/processconnect"
 )
@@ -86,7 +87,7 @@ type agentProc struct {
 func startAgent(t *testing.T, pid1 bool) *agentProc {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: the agent runs commands through setuid")
+		testutil.Skip(t, "needs root: the agent runs commands through setuid")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -99,7 +100,7 @@ func startAgent(t *testing.T, pid1 bool) *agentProc {
 	if pid1 {
 		unshare, err := exec.LookPath("unshare")
 		if err != nil {
-			t.Skip("needs unshare (util-linux) to make a PID namespace")
+			testutil.Skip(t, "needs unshare (util-linux) to make a PID namespace")
 		}
 		cmd = exec.Command(unshare, append([]string{"--pid", "--fork", "--mount-proc", "--kill-child", os.Args[0]}, args...)...)
 	} else {
