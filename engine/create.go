@@ -38,6 +38,19 @@ type CreateOptions struct {
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// reservedEnvPrefix starts the names of the variables through which the
+// engine talks to the agent (the access token); neither a create nor an
+// image may set them.
+const reservedEnvPrefix = "TUPPER_"
+
+// Upper bounds of a create's limits: far above this machine, low enough
+// that no arithmetic on them overflows.
+const (
+	maxMemoryMB = 1 << 20 // 1 TiB
+	maxCPUs     = 1024
+	maxPids     = 1 << 22
+)
+
 func (o *CreateOptions) validate(cfg *Config) error {
 	if o.Template != "" && o.Image != "" {
 		return fmt.Errorf("create: name a template or an image, not both: %w", errdefs.ErrInvalidArgument)
@@ -54,9 +67,15 @@ func (o *CreateOptions) validate(cfg *Config) error {
 	if o.MemoryMB != 0 && o.MemoryMB < 64 {
 		return fmt.Errorf("create: memory %d MB is below the 64 MB a sandbox needs: %w", o.MemoryMB, errdefs.ErrInvalidArgument)
 	}
+	if o.MemoryMB > maxMemoryMB || o.CPUs > maxCPUs || o.Pids > maxPids {
+		return fmt.Errorf("create: limits above %d MB, %d CPUs or %d pids: %w", maxMemoryMB, maxCPUs, maxPids, errdefs.ErrInvalidArgument)
+	}
 	for k := range o.Env {
 		if !envName.MatchString(k) {
 			return fmt.Errorf("create: environment variable name %q is not valid: %w", k, errdefs.ErrInvalidArgument)
+		}
+		if strings.HasPrefix(k, reservedEnvPrefix) {
+			return fmt.Errorf("create: environment variable %q: names starting with %s are Tupper's own: %w", k, reservedEnvPrefix, errdefs.ErrInvalidArgument)
 		}
 	}
 	return nil
@@ -119,8 +138,12 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		err = e.waitAgent(bootCtx, sb)
 	}
 	if err == nil {
+		// A fresh bound: a boot that used most of BootTimeout must not
+		// lose a healthy sandbox to the record's write.
+		putCtx, cancel := context.WithTimeout(e.bg, 10*time.Second)
 		sb.State = store.StateRunning
-		err = e.store.Put(bootCtx, sb)
+		err = e.store.Put(putCtx, sb)
+		cancel()
 	}
 	if err != nil {
 		log.Error("create failed", "err", err)
@@ -175,7 +198,9 @@ func (e *Engine) waitAgent(ctx context.Context, sb *Sandbox) error {
 // create's, then the access token, which the agent reads and removes
 // before starting any process.
 func sandboxEnv(imageEnv []string, env map[string]string, token string) []string {
-	out := slices.Clone(imageEnv)
+	// The agent reads the first TUPPER_ACCESS_TOKEN it finds: an image
+	// must not get to set it (an empty one would switch the check off).
+	out := slices.DeleteFunc(slices.Clone(imageEnv), func(kv string) bool { return strings.HasPrefix(kv, reservedEnvPrefix) })
 	if !slices.ContainsFunc(out, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
 		out = append(out, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	}

@@ -135,6 +135,8 @@ type Engine struct {
 }
 
 type liveSandbox struct {
+	// endAt is when the sandbox's time runs out; guarded by Engine.mu.
+	endAt time.Time
 	timer *time.Timer
 }
 

@@ -20,7 +20,7 @@ func (e *Engine) track(sb *Sandbox) bool {
 		return false
 	}
 	id := sb.ID
-	e.live[id] = &liveSandbox{timer: time.AfterFunc(time.Until(sb.EndAt), func() { e.expire(id) })}
+	e.live[id] = &liveSandbox{endAt: sb.EndAt, timer: time.AfterFunc(time.Until(sb.EndAt), func() { e.expire(id) })}
 	if w, ok := e.cfg.Backend.(backend.Waiter); ok {
 		e.wg.Add(1)
 		go e.watch(w, id)
@@ -54,29 +54,30 @@ const exitedReason = "the sandbox exited on its own: it crashed, ran out of memo
 // expire kills a sandbox whose time is up.
 func (e *Engine) expire(id string) {
 	// Add under mu, after checking closed: Close sets closed under mu
-	// before it waits, so no Add can race its Wait.
+	// before it waits, so no Add can race its Wait. The end time is
+	// checked under the same lock that SetTimeout moves it under, and the
+	// sandbox leaves live in that same step, so an extension that
+	// answered success is never followed by this kill.
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		return
 	}
-	e.wg.Add(1)
-	e.mu.Unlock()
-	defer e.wg.Done()
-	// The timer may have fired just before a SetTimeout moved EndAt on.
-	sb, err := e.store.Get(e.bg, id)
-	if err != nil {
-		return
-	}
-	if left := time.Until(sb.EndAt); left > 0 {
-		e.mu.Lock()
-		if l, ok := e.live[id]; ok && !e.closed {
-			l.timer.Reset(left)
-		}
+	l, ok := e.live[id]
+	if !ok {
 		e.mu.Unlock()
 		return
 	}
-	if err := e.kill(e.bg, id, "timeout"); err != nil && !errdefs.IsNotFound(err) {
+	if left := time.Until(l.endAt); left > 0 {
+		l.timer.Reset(left)
+		e.mu.Unlock()
+		return
+	}
+	delete(e.live, id)
+	e.wg.Add(1)
+	e.mu.Unlock()
+	defer e.wg.Done()
+	if err := e.stop(e.bg, id, l, "timeout"); err != nil {
 		e.log.Error("kill expired sandbox", "sandbox", id, "err", err)
 	}
 }
@@ -157,6 +158,7 @@ func (e *Engine) SetTimeout(ctx context.Context, id string, timeout time.Duratio
 	if err := e.store.Put(ctx, sb); err != nil {
 		return err
 	}
+	l.endAt = sb.EndAt
 	l.timer.Reset(timeout)
 	return nil
 }
@@ -178,16 +180,29 @@ func (e *Engine) kill(ctx context.Context, id, reason string) error {
 	if !ok {
 		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
+	return e.stop(ctx, id, l, reason)
+}
+
+// stopRetry is how long after a failed stop the engine tries again.
+const stopRetry = 30 * time.Second
+
+// stop stops a sandbox that the caller took out of live, and records it
+// killed. When the backend fails to stop it, the sandbox goes back into
+// live with its timer set to try again: nothing is left running untracked.
+func (e *Engine) stop(ctx context.Context, id string, l *liveSandbox, reason string) error {
 	// Stopping must finish even when the caller gives up: a half-stopped
 	// sandbox is worse than a slow answer.
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	if err := e.cfg.Backend.Stop(stopCtx, id); err != nil {
-		// Keep tracking it so that a retry, or the next start, cleans up.
 		e.mu.Lock()
-		e.live[id] = l
+		if !e.closed {
+			l.endAt = time.Now() // expire must not wait for a later end
+			e.live[id] = l
+			l.timer.Reset(stopRetry)
+		}
 		e.mu.Unlock()
-		return fmt.Errorf("sandbox %q: stop: %w", id, err)
+		return fmt.Errorf("sandbox %q: stop (retried in %v): %w", id, stopRetry, err)
 	}
 	e.markKilled(stopCtx, id, reason)
 	return nil
@@ -234,6 +249,13 @@ func (e *Engine) recover(ctx context.Context) error {
 			log.Info("sandbox expired while the engine was down")
 		}
 		log.Info("re-attached to sandbox", "ends", sb.EndAt)
+	}
+	// Killed records answer "why is my sandbox gone" for a while; a
+	// sandbox lives at most MaxTimeout, so twice that is plenty.
+	if n, err := e.store.DeleteKilledStartedBefore(ctx, time.Now().Add(-2*e.cfg.MaxTimeout)); err != nil {
+		e.log.Warn("prune killed sandboxes", "err", err)
+	} else if n > 0 {
+		e.log.Info("pruned records of long-killed sandboxes", "count", n)
 	}
 	held, err := e.cfg.Backend.List(ctx)
 	if err != nil {

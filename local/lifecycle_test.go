@@ -121,6 +121,10 @@ func TestUnknownSandbox(t *testing.T) {
 	bad := []sdk.CreateOptions{
 		{Envs: map[string]string{"BAD NAME": "x"}},
 		{MemoryMB: 1},
+		{MemoryMB: 1 << 30},
+		// Would replace the agent's access token: an empty one turns its
+		// check off.
+		{Envs: map[string]string{"TUPPER_ACCESS_TOKEN": ""}},
 		{Timeout: 1000 * time.Hour},
 	}
 	for _, opts := range bad {

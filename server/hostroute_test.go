@@ -167,6 +167,24 @@ func TestPrivateTraffic(t *testing.T) {
 			}
 		})
 	}
+	// The envd token opens the agent as root: a sandbox's own server must
+	// never receive it.
+	req, _ := http.NewRequest("GET", e.http.URL+"/", nil)
+	req.Host = fmt.Sprintf("%d-%s.tupper.test", port, sb.SandboxID)
+	req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen struct{ Header http.Header }
+	json.NewDecoder(resp.Body).Decode(&seen)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || seen.Header == nil {
+		t.Fatalf("app answered %d %+v", resp.StatusCode, seen)
+	}
+	if got := seen.Header.Get("X-Access-Token"); got != "" {
+		t.Errorf("the sandbox's own server received the envd access token %q", got)
+	}
 	_, _, raw := e.do("GET", "/sandboxes/"+sb.SandboxID, "")
 	if !strings.Contains(string(raw), `"allowPublicTraffic":false`) {
 		t.Errorf("detail %s does not report the policy", raw)

@@ -51,6 +51,11 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			for _, h := range routingHeaders {
 				pr.Out.Header.Del(h)
 			}
+			if !t.agent {
+				// The envd token opens the agent, which runs commands as
+				// root: a server of the sandbox's own must never see it.
+				pr.Out.Header.Del(headerAccessToken)
+			}
 		},
 		Transport: s.agents,
 		// Flush every write: streams must not wait in a buffer.

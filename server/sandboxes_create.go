@@ -30,6 +30,12 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if r.Context().Err() != nil {
+		// The client gave up while the sandbox booted: nobody knows its
+		// id, so it would run its whole timeout for nothing.
+		s.killQuietly(sb.ID, "its creator went away before the sandbox was ready")
+		return
+	}
 	log := s.log.With("sandbox", sb.ID, "op", "create")
 	ex := &sandboxExtras{
 		Network: b.Network, AllowInternetAccess: b.AllowInternetAccess, Secure: b.Secure,

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
@@ -66,6 +67,7 @@ CREATE TABLE IF NOT EXISTS sandboxes (
 	data       TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sandboxes_by_start ON sandboxes(started_ns, id);
+CREATE INDEX IF NOT EXISTS sandboxes_by_state ON sandboxes(state, started_ns, id);
 `
 
 // Open opens (creating when missing) the database at path.
@@ -130,6 +132,17 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
+// DeleteKilledStartedBefore removes the records of killed sandboxes that
+// started before t, and returns how many went. Killed records are kept a
+// while so that a client can learn why its sandbox is gone; not for ever.
+func (s *Store) DeleteKilledStartedBefore(ctx context.Context, t time.Time) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE state = ? AND started_ns < ?`, StateKilled, t.UnixNano())
+	if err != nil {
+		return 0, fmt.Errorf("prune killed sandboxes: %w", err)
+	}
+	return res.RowsAffected()
+}
+
 // Query selects sandboxes for a listing.
 type Query struct {
 	// States keeps records in these states; empty means every state.
@@ -149,8 +162,17 @@ func (s *Store) List(ctx context.Context, q Query) ([]*Sandbox, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	rows, err := s.db.QueryContext(ctx,
-		`SELECT data FROM sandboxes WHERE (started_ns, id) > (?, ?) ORDER BY started_ns, id`, afterNs, afterID)
+	// States are filtered in SQL: killed records pile up, and a listing
+	// of live sandboxes must not decode them all.
+	query := `SELECT data FROM sandboxes WHERE (started_ns, id) > (?, ?)`
+	args := []any{afterNs, afterID}
+	if len(q.States) > 0 {
+		query += ` AND state IN (?` + strings.Repeat(`, ?`, len(q.States)-1) + `)`
+		for _, st := range q.States {
+			args = append(args, st)
+		}
+	}
+	rows, err := s.db.QueryContext(ctx, query+` ORDER BY started_ns, id`, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list sandboxes: %w", err)
 	}

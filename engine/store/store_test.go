@@ -125,3 +125,33 @@ func TestListBadToken(t *testing.T) {
 		t.Fatalf("List(bad token) = %v, want ErrInvalidArgument", err)
 	}
 }
+
+func TestDeleteKilledStartedBefore(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t)
+	old := time.Now().Add(-72 * time.Hour)
+	for _, sb := range []*Sandbox{
+		{ID: "old-killed", State: StateKilled, StartedAt: old},
+		{ID: "old-running", State: StateRunning, StartedAt: old},
+		{ID: "new-killed", State: StateKilled, StartedAt: time.Now()},
+	} {
+		if err := s.Put(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := s.DeleteKilledStartedBefore(ctx, time.Now().Add(-48*time.Hour))
+	if err != nil || n != 1 {
+		t.Fatalf("DeleteKilledStartedBefore = %d, %v; want 1", n, err)
+	}
+	all, _, err := s.List(ctx, Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, sb := range all {
+		ids = append(ids, sb.ID)
+	}
+	if d := cmp.Diff([]string{"old-running", "new-killed"}, ids); d != "" {
+		t.Errorf("left (-want +got):\n%s", d)
+	}
+}
