@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -30,6 +31,9 @@ type Pool struct {
 	log      *slog.Logger
 	netnsDir string
 	leaseDir string
+
+	fwMu   sync.Mutex
+	fwDone bool // the firewall rules are in place
 }
 
 // New makes a Pool from cfg, creating its directories. It needs root (more
@@ -97,6 +101,9 @@ func (p *Pool) Setup(ctx context.Context, id string) (_ *Endpoint, retErr error)
 		}
 	}()
 
+	if err := p.ensureFirewall(ctx); err != nil {
+		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
+	}
 	if err := p.ensureUnreachable(); err != nil {
 		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
 	}

@@ -471,3 +471,45 @@ func TestStaleAddressIsUnreachable(t *testing.T) {
 	}
 	t.Fatalf("a stale sandbox address %s still routes via %+v", ep.SandboxAddr.Addr(), routes)
 }
+
+// TestSandboxCannotReachHost checks that a sandbox reaches no service of
+// the host, on the host side of its veth or any other host address, while
+// the host still reaches the sandbox.
+func TestSandboxCannotReachHost(t *testing.T) {
+	p := newTestPool(t, nil)
+	id := uniqueID("nohost")
+	ep, err := p.Setup(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A host service on every address.
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintln(c, "hello")
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	hostSide := net.JoinHostPort(ep.HostAddr.Addr().String(), fmt.Sprint(port))
+	if err := dialHello(hostSide); err != nil {
+		t.Fatalf("the host itself cannot reach its service at %s: %v", hostSide, err)
+	}
+	err = inNetNS(ep.NetNSPath, func() error { return dialHello(hostSide) })
+	if err == nil {
+		t.Errorf("the sandbox reached a host service at %s", hostSide)
+	}
+	// The host still reaches a server in the sandbox.
+	inside := serveEcho(t, ep.NetNSPath, ep.SandboxAddr.Addr().String())
+	if err := dialHello(inside); err != nil {
+		t.Errorf("the host cannot reach the sandbox at %s: %v", inside, err)
+	}
+}

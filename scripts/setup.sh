@@ -18,10 +18,10 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-# Debian packages: mmdebstrap builds images, iproute2 and iptables wire
+# Debian packages: mmdebstrap builds images, iproute2 and nftables wire
 # sandbox networks, busybox-static makes tiny test images.
 need=()
-for pkg in mmdebstrap iproute2 iptables busybox-static ca-certificates; do
+for pkg in mmdebstrap iproute2 iptables nftables busybox-static ca-certificates; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
