@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/lightbearco/tupper/errdefs"
 )
@@ -31,7 +32,10 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	f, err := os.Open(p)
+	// Non-blocking and no controlling terminal: opening a FIFO for
+	// reading would otherwise wait for a writer for ever, and a tty could
+	// become the agent's. Regular files ignore O_NONBLOCK.
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		h.fail(w, r, err)
 		return

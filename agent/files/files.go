@@ -72,8 +72,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // user authorizes r for op (opRead or opWrite) and returns the user it acts
 // as.
 func (h *handler) user(r *http.Request, op string) (*identity.User, error) {
-	if err := h.authorize(r, op); err != nil {
+	signed, err := h.authorize(r, op)
+	if err != nil {
 		return nil, err
+	}
+	if signed {
+		// The signature covers the username query parameter, not an
+		// Authorization header: a header must not switch the user a
+		// signed URL was made for.
+		name := r.URL.Query().Get("username")
+		if name == "" {
+			name = h.cfg.DefaultUser
+		}
+		return identity.Lookup(name)
 	}
 	return identity.FromRequest(r, h.cfg.DefaultUser)
 }

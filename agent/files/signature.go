@@ -41,36 +41,38 @@ func Signature(path, operation, username, token string, expiration int64) string
 // every request passes. With one, the X-Access-Token header, when present,
 // must match it; otherwise the query's signature must match Signature over
 // the query's path and username, and its signature_expiration, when given,
-// must not have passed. Failures are errdefs.ErrUnauthenticated.
-func (h *handler) authorize(r *http.Request, op string) error {
+// must not have passed. Failures are errdefs.ErrUnauthenticated. It
+// reports whether the signature is what let r in: then the signed username
+// alone says whom r acts as.
+func (h *handler) authorize(r *http.Request, op string) (signed bool, err error) {
 	token := h.cfg.AccessToken
 	if token == "" {
-		return nil
+		return false, nil
 	}
 	if got := r.Header.Get("X-Access-Token"); got != "" {
 		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			return fmt.Errorf("X-Access-Token does not match: %w", errdefs.ErrUnauthenticated)
+			return false, fmt.Errorf("X-Access-Token does not match: %w", errdefs.ErrUnauthenticated)
 		}
-		return nil
+		return false, nil
 	}
 	q := r.URL.Query()
 	sig := q.Get("signature")
 	if sig == "" {
-		return fmt.Errorf("missing X-Access-Token header or signature: %w", errdefs.ErrUnauthenticated)
+		return false, fmt.Errorf("missing X-Access-Token header or signature: %w", errdefs.ErrUnauthenticated)
 	}
 	var exp int64
 	if s := q.Get("signature_expiration"); s != "" {
 		var err error
 		if exp, err = strconv.ParseInt(s, 10, 64); err != nil {
-			return fmt.Errorf("signature_expiration %q is not a Unix time: %w", s, errdefs.ErrUnauthenticated)
+			return false, fmt.Errorf("signature_expiration %q is not a Unix time: %w", s, errdefs.ErrUnauthenticated)
 		}
 	}
 	want := Signature(q.Get("path"), op, q.Get("username"), token, exp)
 	if subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
-		return fmt.Errorf("invalid signature for %s: %w", op, errdefs.ErrUnauthenticated)
+		return false, fmt.Errorf("invalid signature for %s: %w", op, errdefs.ErrUnauthenticated)
 	}
 	if exp != 0 && exp < time.Now().Unix() {
-		return fmt.Errorf("signature expired at %s: %w", time.Unix(exp, 0).UTC().Format(time.RFC3339), errdefs.ErrUnauthenticated)
+		return false, fmt.Errorf("signature expired at %s: %w", time.Unix(exp, 0).UTC().Format(time.RFC3339), errdefs.ErrUnauthenticated)
 	}
-	return nil
+	return true, nil
 }
