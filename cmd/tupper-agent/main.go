@@ -11,6 +11,10 @@ import (
 )
 
 func main() {
+	if err := hideToken(); err != nil {
+		fmt.Fprintln(os.Stderr, "tupper-agent:", err)
+		os.Exit(1)
+	}
 	opts, err := parseFlags(os.Args[1:])
 	if err == nil {
 		err = run(opts)

@@ -40,11 +40,11 @@ func TestParseFlags(t *testing.T) {
 		want    options
 		wantErr bool
 	}{
-		{name: "defaults", want: options{addr: ":49983", user: "user"}},
+		{name: "defaults", want: options{addr: ":49983", user: "user", tokenFD: -1}},
 		{
 			name: "all",
 			args: []string{"--addr", "127.0.0.1:1", "--user", "root", "--access-token-file", "/t", "--no-ensure-user"},
-			want: options{addr: "127.0.0.1:1", user: "root", tokenFile: "/t", noEnsureUser: true},
+			want: options{addr: "127.0.0.1:1", user: "root", tokenFile: "/t", tokenFD: -1, noEnsureUser: true},
 		},
 		{name: "stray argument", args: []string{"serve"}, wantErr: true},
 		{name: "unknown flag", args: []string{"--nope"}, wantErr: true},
@@ -202,6 +202,11 @@ func TestAgent(t *testing.T) {
 			t.Run("token kept from commands", func(t *testing.T) {
 				if out, _ := a.run(t, "env"); strings.Contains(out, "TUPPER_ACCESS_TOKEN") || !strings.Contains(out, "HOME=/root") {
 					t.Errorf("command environment:\n%s", out)
+				}
+				// Root in the sandbox can read the agent's own environment
+				// block: the token must not be there either.
+				if out, _ := a.run(t, "cat /proc/$PPID/environ /proc/1/environ 2>/dev/null | tr '\\0' '\\n'"); strings.Contains(out, "secret") {
+					t.Errorf("the agent's environment block holds the token:\n%s", out)
 				}
 			})
 

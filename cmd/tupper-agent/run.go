@@ -36,6 +36,7 @@ type options struct {
 	addr         string
 	user         string
 	tokenFile    string
+	tokenFD      int
 	noEnsureUser bool
 	version      bool
 	logOut       io.Writer
@@ -47,6 +48,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.addr, "addr", ":49983", "listen address")
 	fs.StringVar(&o.user, "user", identity.DefaultUser, "user requests act as when they name none")
 	fs.StringVar(&o.tokenFile, "access-token-file", "", "file holding the access token requests must carry (default: $"+tokenEnv+", else none)")
+	fs.IntVar(&o.tokenFD, "access-token-fd", -1, "descriptor to read the access token from (set by the agent itself, see hideToken)")
 	fs.BoolVar(&o.noEnsureUser, "no-ensure-user", false, "do not create the user \""+identity.DefaultUser+"\" when the image lacks it")
 	fs.BoolVar(&o.version, "version", false, "print the envd protocol version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -71,7 +73,7 @@ func run(o options) error {
 	if err := process.Supervise(log); err != nil {
 		log.Warn("cannot supervise orphans; only direct children will be reaped", "err", err)
 	}
-	token, err := accessToken(o.tokenFile)
+	token, err := accessToken(o.tokenFile, o.tokenFD)
 	if err != nil {
 		return err
 	}
@@ -130,11 +132,21 @@ func run(o options) error {
 	}
 }
 
-// accessToken reads the token from file when one is named, else from the
-// environment, and removes it from the environment either way.
-func accessToken(file string) (string, error) {
+// accessToken reads the token from file when one is named, else from
+// descriptor fd when it is not -1, else from the environment, and removes
+// it from the environment either way.
+func accessToken(file string, fd int) (string, error) {
 	token := os.Getenv(tokenEnv)
 	os.Unsetenv(tokenEnv)
+	if fd >= 0 {
+		f := os.NewFile(uintptr(fd), "access-token")
+		b, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return "", fmt.Errorf("access token from descriptor %d: %w", fd, err)
+		}
+		token = string(b)
+	}
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
