@@ -129,6 +129,11 @@ func (s *Store) Add(ctx context.Context, name, key string) (*Key, error) {
 	if strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f }) || len(name) > 200 {
 		return nil, fmt.Errorf("auth: key name %q: %w: use at most 200 printable characters", name, errdefs.ErrInvalidArgument)
 	}
+	if strings.HasPrefix(name, "key_") {
+		// Remove takes an id or a name: a name shaped like an id could
+		// make it remove another key.
+		return nil, fmt.Errorf("auth: key name %q: %w: names starting with key_ are kept for key ids", name, errdefs.ErrInvalidArgument)
+	}
 	id, err := newID()
 	if err != nil {
 		return nil, err

@@ -180,6 +180,10 @@ func TestAdd(t *testing.T) {
 	if _, err := s.Add(ctx, "bad", "sk-123"); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("adding a malformed key: %v, want ErrInvalidArgument", err)
 	}
+	// A name shaped like a key id would let Remove(name) hit another key.
+	if _, _, err := s.Create(ctx, "key_0123456789abcdef"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("creating a key named like an id: %v, want ErrInvalidArgument", err)
+	}
 }
 
 func TestEnsureFirstKey(t *testing.T) {

@@ -72,14 +72,6 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 	if root == "" {
 		root = local.DefaultRoot
 	}
-	domain := o.domain
-	if domain == "" {
-		_, port, err := net.SplitHostPort(o.addr)
-		if err != nil {
-			return fmt.Errorf("--addr %q: %w", o.addr, err)
-		}
-		domain = "localhost:" + port
-	}
 	listen := server.ListenOptions{
 		Addr: o.addr, CertFile: o.certFile, KeyFile: o.keyFile, AllowInsecureRemote: o.allowInsecureRemote,
 	}
@@ -94,6 +86,15 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 		scheme = "https"
 	}
 	url := scheme + "://" + ln.Addr().String()
+	domain := o.domain
+	if domain == "" {
+		// From the listener, not --addr: ":0" picks its port at Listen.
+		_, port, err := net.SplitHostPort(ln.Addr().String())
+		if err != nil {
+			return fmt.Errorf("listener address %q: %w", ln.Addr(), err)
+		}
+		domain = "localhost:" + port
+	}
 	keys, err := auth.Open(filepath.Join(root, "server", "keys.db"))
 	if err != nil {
 		return err
