@@ -75,8 +75,10 @@ func (b *duplexBody) Close() error { return nil }
 // collides with the server's reading of the next request (an
 // EnableFullDuplex pitfall of net/http). When the body does not end within
 // maxDrain bytes and duplexFinishTimeout, finish aborts the handler, which
-// drops the connection: nobody wanted the rest of that body.
-func (b *duplexBody) finish() {
+// drops the connection: nobody wanted the rest of that body. What the
+// handler already answered (a 502, say) is flushed first, since an abort
+// sends only what reached the connection.
+func (b *duplexBody) finish(w http.ResponseWriter) {
 	if b == nil {
 		return
 	}
@@ -94,5 +96,6 @@ func (b *duplexBody) finish() {
 		}
 	case <-time.After(duplexFinishTimeout):
 	}
+	http.NewResponseController(w).Flush()
 	panic(http.ErrAbortHandler)
 }

@@ -73,7 +73,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *proxyTarget)
 	out := r.WithContext(context.WithValue(ctx, targetKey{}, t))
 	if body := enableFullDuplex(w, r); body != nil {
 		out.Body = body
-		defer body.finish()
+		defer body.finish(w)
 	}
 	s.proxy.ServeHTTP(w, out)
 }
