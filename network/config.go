@@ -11,10 +11,12 @@
 //     eth0 inside the namespace;
 //   - a lease file, <Dir>/leases/<id>, recording the /30.
 //
-// The host reaches the sandbox at its address over the veth. The sandbox has
-// no way further than the host side of its veth: the pool sets up no NAT and
-// turns IPv4 forwarding off on the host side of each veth, and IPv6 is off on
-// both sides. Egress rules are the job of a Policy (see Config.Policy).
+// The host reaches the sandbox at its address over the veth. The sandbox
+// reaches nothing: an nftables table of Tupper's own drops whatever comes in
+// from a sandbox's veth except replies to what the host opened, and forwards
+// nothing to or from one; the pool also sets up no NAT, turns IPv4
+// forwarding off on the host side of each veth, and IPv6 is off on both
+// sides. Egress rules are the job of a Policy (see Config.Policy).
 //
 // A Pool is safe for concurrent use, and several processes may use pools of
 // the same subnet at once: addresses are picked under an flock on a lock file
@@ -66,7 +68,7 @@ type Config struct {
 	IfPrefix string
 	// Policy, when set, is applied to every endpoint after it is made and
 	// removed before it is torn down. Nil means no egress at all: the
-	// sandbox reaches only the host side of its own veth.
+	// sandbox reaches neither the host nor anything beyond it.
 	Policy Policy
 	// Logger receives the pool's logs; nil means slog.Default().
 	Logger *slog.Logger
