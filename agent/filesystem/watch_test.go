@@ -427,3 +427,37 @@ func TestPollingWatcherDirectoryRemoved(t *testing.T) {
 		}
 	})
 }
+
+func TestPollingWatcherLimit(t *testing.T) {
+	forEachCodec(t, filesystem.Config{}, func(t *testing.T, c filesystemconnect.FilesystemClient) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		var ids []string
+		defer func() {
+			for _, id := range ids {
+				c.RemoveWatcher(ctx, req(&fspb.RemoveWatcherRequest{WatcherId: id}, ""))
+			}
+		}()
+		for range filesystem.MaxWatchers {
+			cr, err := c.CreateWatcher(ctx, req(&fspb.CreateWatcherRequest{Path: dir}, ""))
+			if err != nil {
+				t.Fatalf("watcher %d: %v", len(ids)+1, err)
+			}
+			ids = append(ids, cr.Msg.GetWatcherId())
+		}
+		_, err := c.CreateWatcher(ctx, req(&fspb.CreateWatcherRequest{Path: dir}, ""))
+		if got := codeOf(err); got != connect.CodeResourceExhausted {
+			t.Fatalf("watcher past the limit: code %v (%v), want resource_exhausted", got, err)
+		}
+		// Removing one makes room again.
+		if _, err := c.RemoveWatcher(ctx, req(&fspb.RemoveWatcherRequest{WatcherId: ids[0]}, "")); err != nil {
+			t.Fatal(err)
+		}
+		ids = ids[1:]
+		cr, err := c.CreateWatcher(ctx, req(&fspb.CreateWatcherRequest{Path: dir}, ""))
+		if err != nil {
+			t.Fatalf("watcher after a removal: %v", err)
+		}
+		ids = append(ids, cr.Msg.GetWatcherId())
+	})
+}
