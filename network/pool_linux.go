@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -194,8 +195,14 @@ func (p *Pool) freeSlot() (int, error) {
 			taken[n] = true
 		}
 	}
-	for n := range slots(p.cfg.Subnet) {
-		if !taken[n] {
+	// Start the search at a random slot rather than the lowest: an
+	// address freed a moment ago is then almost never handed out again at
+	// once, so a client still holding a dead sandbox's address does not
+	// find a new sandbox there.
+	total := slots(p.cfg.Subnet)
+	start := rand.IntN(total)
+	for i := range total {
+		if n := (start + i) % total; !taken[n] {
 			return n, nil
 		}
 	}
