@@ -1,9 +1,11 @@
 package gvisor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +33,12 @@ func (b *Backend) Wait(ctx context.Context, id string) error {
 		return fmt.Errorf("sandbox %q: wait: pidfd_open(%d): %w", id, pid, err)
 	}
 	defer unix.Close(fd)
+	// The pid file may outlive its process, and a restarted engine may
+	// read it after the pid went to someone else: the pidfd must be of
+	// this sandbox's runsc, whose command line names the sandbox.
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || !bytes.Contains(cmdline, []byte(id)) {
+		return nil // the sandbox's process is gone
+	}
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	for {
 		// A pidfd turns readable when its process exits. Poll in short
