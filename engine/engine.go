@@ -65,6 +65,13 @@ type Config struct {
 	// answer; zero means 30 seconds.
 	BootTimeout time.Duration
 
+	// OnKilled, when set, is called with a sandbox's id once it has been
+	// killed, whatever the reason (a request, its timeout, a crash). Data
+	// planes use it to end the requests still open to that sandbox, whose
+	// network vanished without closing their connections. It must not
+	// block.
+	OnKilled func(id string)
+
 	// Logger receives the engine's logs; nil means slog.Default().
 	Logger *slog.Logger
 }

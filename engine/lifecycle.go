@@ -218,6 +218,9 @@ func (e *Engine) markKilled(ctx context.Context, id, reason string) {
 		e.log.Error("record kill", "sandbox", id, "err", err)
 	}
 	e.log.Info("sandbox killed", "sandbox", id, "reason", reason)
+	if e.cfg.OnKilled != nil {
+		e.cfg.OnKilled(id)
+	}
 }
 
 // recover re-attaches to the sandboxes the store says run and the backend

@@ -217,3 +217,25 @@ func TestRestartReattaches(t *testing.T) {
 		return errors.Is(err, errdefs.ErrNotFound)
 	})
 }
+
+// TestCrashEndsOpenRequests checks that a command streaming from a sandbox
+// that crashes ends with an error at once, instead of waiting minutes for
+// TCP to notice that the sandbox's network is gone.
+func TestCrashEndsOpenRequests(t *testing.T) {
+	s := newStack(t, engine.Config{})
+	sb := s.create(t, sdk.CreateOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	h, err := sb.Commands.Start(ctx, "echo started; sleep 600", sdk.WithTimeout(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.CrashSandbox(t, sb.ID())
+	_, err = h.Wait(ctx)
+	if err == nil {
+		t.Fatal("Wait on a crashed sandbox's command succeeded")
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Wait on a crashed sandbox's command returned only when the test gave up: %v", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,7 +57,7 @@ type Runtime struct {
 	// reused once a sandbox dies, so a client shared by all sandboxes
 	// could send a new sandbox's request down a kept-alive connection to
 	// the old one's address.
-	clients map[string]*http.Client
+	clients map[string]*sandboxClient
 }
 
 var _ sdk.Transport = (*Runtime)(nil)
@@ -101,11 +102,20 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	ecfg.Root = filepath.Join(cfg.Root, "engine")
 	ecfg.Backend, ecfg.BackendName = be, cfg.Backend
 	ecfg.Images, ecfg.AgentPath, ecfg.Logger = images, cfg.AgentPath, cfg.Logger
+	r := &Runtime{images: images, clients: map[string]*sandboxClient{}}
+	onKilled := ecfg.OnKilled
+	ecfg.OnKilled = func(id string) {
+		r.dropClient(id)
+		if onKilled != nil {
+			onKilled(id)
+		}
+	}
 	eng, err := engine.New(ctx, ecfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{images: images, engine: eng, clients: map[string]*http.Client{}}, nil
+	r.engine = eng
+	return r, nil
 }
 
 // FindAgent locates the tupper-agent binary: $TUPPER_AGENT, then beside
@@ -186,14 +196,7 @@ func (r *Runtime) SetTimeout(ctx context.Context, id string, timeout time.Durati
 
 // KillSandbox implements sdk.Transport.
 func (r *Runtime) KillSandbox(ctx context.Context, id string) error {
-	err := r.engine.Kill(ctx, id)
-	r.mu.Lock()
-	if c, ok := r.clients[id]; ok {
-		c.CloseIdleConnections()
-		delete(r.clients, id)
-	}
-	r.mu.Unlock()
-	return err
+	return r.engine.Kill(ctx, id)
 }
 
 // DataPlane implements sdk.Transport: in-process, the SDK talks straight to
@@ -209,21 +212,75 @@ func (r *Runtime) DataPlane(ctx context.Context, id string) (*sdk.DataPlane, err
 func (r *Runtime) client(id string) *http.Client {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if c, ok := r.clients[id]; ok {
-		return c
+	c, ok := r.clients[id]
+	if !ok {
+		c = newSandboxClient()
+		r.clients[id] = c
 	}
-	// Drop clients of sandboxes that died on their own (timeouts).
-	for other, c := range r.clients {
-		if _, err := r.engine.Get(context.Background(), other); err != nil {
-			c.CloseIdleConnections()
-			delete(r.clients, other)
-		}
+	return c.http
+}
+
+// dropClient ends every request still open to sandbox id and forgets its
+// client. The engine calls it once the sandbox is killed: its network is
+// gone without a word to the connections, which would otherwise wait for
+// TCP to give up, minutes later.
+func (r *Runtime) dropClient(id string) {
+	r.mu.Lock()
+	c, ok := r.clients[id]
+	delete(r.clients, id)
+	r.mu.Unlock()
+	if ok {
+		c.closeAll()
 	}
+}
+
+// sandboxClient is the HTTP client of one sandbox, which remembers its
+// connections so that they can all be cut at once.
+type sandboxClient struct {
+	http  *http.Client
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+func newSandboxClient() *sandboxClient {
+	c := &sandboxClient{conns: map[net.Conn]struct{}{}}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = 16
-	c := &http.Client{Transport: t}
-	r.clients[id] = c
+	var d net.Dialer
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.conns[conn] = struct{}{}
+		c.mu.Unlock()
+		return &trackedConn{Conn: conn, owner: c}, nil
+	}
+	c.http = &http.Client{Transport: t}
 	return c
+}
+
+func (c *sandboxClient) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for conn := range c.conns {
+		conn.Close()
+	}
+	clear(c.conns)
+}
+
+// trackedConn forgets itself in its owner when closed.
+type trackedConn struct {
+	net.Conn
+	owner *sandboxClient
+}
+
+func (t *trackedConn) Close() error {
+	t.owner.mu.Lock()
+	delete(t.owner.conns, t.Conn)
+	t.owner.mu.Unlock()
+	return t.Conn.Close()
 }
 
 func info(sb *engine.Sandbox) *sdk.SandboxInfo {
