@@ -34,8 +34,11 @@ type globals struct {
 	stderr  io.Writer
 }
 
-func (g *globals) logger() *slog.Logger {
-	level := slog.LevelWarn
+func (g *globals) logger() *slog.Logger { return g.loggerAt(slog.LevelWarn) }
+
+// loggerAt logs from level up, or everything with --verbose. One-shot
+// commands keep quiet below warnings; the daemon tells what it does.
+func (g *globals) loggerAt(level slog.Level) *slog.Logger {
 	if g.verbose {
 		level = slog.LevelDebug
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -110,21 +111,22 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 		fmt.Fprintf(g.stderr, "Created the first API key. It is shown only this once:\n\n"+
 			"  export E2B_API_KEY=%s\n  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n\n", first, url, url)
 	}
+	log := g.loggerAt(slog.LevelInfo)
 	rt, err := local.Open(ctx, local.Config{
-		Root: root, ImageRoot: o.imageRoot, Backend: g.backend, Logger: g.logger(),
+		Root: root, ImageRoot: o.imageRoot, Backend: g.backend, Logger: log,
 		Engine: engine.Config{DefaultTemplate: o.defaultTemplate},
 	})
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
-	mcpHandler, err := mcp.Handler(mcp.Config{Client: &sdk.Client{Transport: rt}, Logger: g.logger()}, keys)
+	mcpHandler, err := mcp.Handler(mcp.Config{Client: &sdk.Client{Transport: rt}, Logger: log}, keys)
 	if err != nil {
 		return err
 	}
 	srv, err := server.New(server.Config{
 		Engine: rt.Engine(), Keys: keys, Domain: domain, MCP: mcpHandler,
-		StatePath: filepath.Join(root, "server", "state.db"), Logger: g.logger(),
+		StatePath: filepath.Join(root, "server", "state.db"), Logger: log,
 	})
 	if err != nil {
 		return err
