@@ -177,7 +177,7 @@ func (s *Store) importDockerSave(ctx context.Context, ar *io.SectionReader, over
 		if err != nil {
 			return nil, fmt.Errorf("import: image %d in the archive: %w: %w", i+1, err, errdefs.ErrInvalidArgument)
 		}
-		req, err := dockerSaveRequest(img, names[i])
+		req, err := imageRequest(img, names[i], "import (docker save)", uncompressedLayer)
 		if err != nil {
 			return nil, fmt.Errorf("import: image %d in the archive: %w", i+1, err)
 		}
@@ -190,10 +190,10 @@ func (s *Store) importDockerSave(ctx context.Context, ar *io.SectionReader, over
 	return out, nil
 }
 
-// dockerSaveRequest describes an image from a `docker save` tarball. Its
-// layers are stored uncompressed, as the tarball holds them: compressing
-// them would cost more time than the disk it saves.
-func dockerSaveRequest(img v1.Image, names []string) (ingestRequest, error) {
+// imageRequest describes img for ingest: its config, and its layers as
+// layerOf sees them. Each source (registry, docker save, OCI layout) differs
+// only in where a layer's bytes come from.
+func imageRequest(img v1.Image, names []string, source string, layerOf func(v1.Layer) (layerSource, error)) (ingestRequest, error) {
 	rawConfig, err := img.RawConfigFile()
 	if err != nil {
 		return ingestRequest{}, err
@@ -204,17 +204,43 @@ func dockerSaveRequest(img v1.Image, names []string) (ingestRequest, error) {
 	}
 	srcs := make([]layerSource, len(layers))
 	for i, l := range layers {
-		diffID, err := l.DiffID()
-		if err != nil {
+		if srcs[i], err = layerOf(l); err != nil {
 			return ingestRequest{}, err
 		}
-		srcs[i] = layerSource{
-			blobSource: blobSource{Digest: diffID, Size: -1, Open: l.Uncompressed},
-			DiffID:     diffID,
-			MediaType:  types.OCIUncompressedLayer,
-		}
 	}
-	return ingestRequest{names: names, rawConfig: rawConfig, layers: srcs, source: "import (docker save)"}, nil
+	return ingestRequest{names: names, rawConfig: rawConfig, layers: srcs, source: source}, nil
+}
+
+// uncompressedLayer is a layer of a `docker save` tarball, stored
+// uncompressed as the tarball holds it: compressing it would cost more time
+// than the disk it saves.
+func uncompressedLayer(l v1.Layer) (layerSource, error) {
+	diffID, err := l.DiffID()
+	if err != nil {
+		return layerSource{}, err
+	}
+	return layerSource{
+		blobSource: blobSource{Digest: diffID, Size: -1, Open: l.Uncompressed},
+		DiffID:     diffID,
+		MediaType:  types.OCIUncompressedLayer,
+	}, nil
+}
+
+// compressedLayer is a layer stored as its blob is, compressed.
+func compressedLayer(l v1.Layer) (layerSource, error) {
+	d, err := l.Digest()
+	if err != nil {
+		return layerSource{}, err
+	}
+	size, err := l.Size()
+	if err != nil {
+		return layerSource{}, err
+	}
+	mt, err := l.MediaType()
+	if err != nil {
+		return layerSource{}, err
+	}
+	return layerSource{blobSource: blobSource{Digest: d, Size: size, Open: l.Compressed}, MediaType: mt}, nil
 }
 
 // importOCILayout imports a tar of an OCI image layout. Its blobs go straight
@@ -325,7 +351,8 @@ func (s *Store) importOCILayout(ctx context.Context, ar *io.SectionReader, label
 	}
 	var out []*Image
 	for _, e := range entries {
-		req, err := layoutRequest(e.img, e.names)
+		// An OCI layout's blobs are in the store already.
+		req, err := imageRequest(e.img, e.names, "import (OCI layout)", compressedLayer)
 		if err != nil {
 			return nil, fmt.Errorf("import %s: %w", strings.Join(e.names, ", "), err)
 		}
@@ -364,34 +391,4 @@ func pickImage(ii v1.ImageIndex, desc v1.Descriptor, plat v1.Platform) (v1.Image
 		return nil, fmt.Errorf("index %s has no image for %s: %w", desc.Digest, plat, errdefs.ErrNotFound)
 	}
 	return nil, nil
-}
-
-// layoutRequest describes an image from an OCI layout; its blobs are in the
-// store already.
-func layoutRequest(img v1.Image, names []string) (ingestRequest, error) {
-	rawConfig, err := img.RawConfigFile()
-	if err != nil {
-		return ingestRequest{}, err
-	}
-	layers, err := img.Layers()
-	if err != nil {
-		return ingestRequest{}, err
-	}
-	srcs := make([]layerSource, len(layers))
-	for i, l := range layers {
-		d, err := l.Digest()
-		if err != nil {
-			return ingestRequest{}, err
-		}
-		size, err := l.Size()
-		if err != nil {
-			return ingestRequest{}, err
-		}
-		mt, err := l.MediaType()
-		if err != nil {
-			return ingestRequest{}, err
-		}
-		srcs[i] = layerSource{blobSource: blobSource{Digest: d, Size: size, Open: l.Compressed}, MediaType: mt}
-	}
-	return ingestRequest{names: names, rawConfig: rawConfig, layers: srcs, source: "import (OCI layout)"}, nil
 }

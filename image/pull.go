@@ -90,40 +90,11 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions, progress
 	if err != nil {
 		return nil, remoteError(ref, err)
 	}
-	rawConfig, err := img.RawConfigFile()
+	req, err := imageRequest(img, []string{imgName}, "pull "+r.Name(), registryLayer)
 	if err != nil {
 		return nil, remoteError(ref, err)
 	}
-	layers, err := img.Layers()
-	if err != nil {
-		return nil, remoteError(ref, err)
-	}
-	srcs := make([]layerSource, len(layers))
-	for i, l := range layers {
-		d, err := l.Digest()
-		if err != nil {
-			return nil, remoteError(ref, err)
-		}
-		size, err := l.Size()
-		if err != nil {
-			return nil, remoteError(ref, err)
-		}
-		mt, err := l.MediaType()
-		if err != nil {
-			return nil, remoteError(ref, err)
-		}
-		diffID, err := l.DiffID()
-		if err != nil {
-			return nil, remoteError(ref, err)
-		}
-		srcs[i] = layerSource{blobSource: blobSource{Digest: d, Size: size, Open: l.Compressed}, DiffID: diffID, MediaType: mt}
-	}
-	out, err := s.ingest(ctx, ingestRequest{
-		names:     []string{imgName},
-		rawConfig: rawConfig,
-		layers:    srcs,
-		source:    "pull " + r.Name(),
-	}, rep)
+	out, err := s.ingest(ctx, req, rep)
 	if err != nil {
 		return nil, remoteError(ref, err)
 	}
@@ -163,4 +134,15 @@ func remoteError(ref string, err error) error {
 			ref, err, errdefs.ErrUnavailable)
 	}
 	return fmt.Errorf("pull %s: %w", ref, err)
+}
+
+// registryLayer is a layer pulled from a registry, stored compressed as it
+// is served, with its diff id from the config to check it by.
+func registryLayer(l v1.Layer) (layerSource, error) {
+	src, err := compressedLayer(l)
+	if err != nil {
+		return layerSource{}, err
+	}
+	src.DiffID, err = l.DiffID()
+	return src, err
 }
