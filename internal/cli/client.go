@@ -119,6 +119,28 @@ func (r *remote) connect(ctx context.Context, id string) (*sdk.Sandbox, error) {
 	return sb, r.control(err, id)
 }
 
+// sandbox dials the daemon and connects to sandbox id: what every command
+// about one sandbox does first.
+func (o *apiOptions) sandbox(ctx context.Context, id string) (*remote, *sdk.Sandbox, error) {
+	r, err := o.dial()
+	if err != nil {
+		return nil, nil, err
+	}
+	sb, err := r.connect(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, sb, nil
+}
+
+// asUser is the file option for --user; none when it is empty.
+func asUser(user string) []sdk.FileOption {
+	if user == "" {
+		return nil
+	}
+	return []sdk.FileOption{sdk.WithUser(user)}
+}
+
 // unreachable reports whether err means nothing answered at the daemon's
 // address.
 func unreachable(err error) bool {

@@ -93,10 +93,7 @@ func runCp(ctx context.Context, g *globals, o *cpOptions) error {
 	if err != nil {
 		return err
 	}
-	var opts []sdk.FileOption
-	if o.user != "" {
-		opts = append(opts, sdk.WithUser(o.user))
-	}
+	opts := asUser(o.user)
 	if dstRemote {
 		return copyIn(ctx, r, o.src, dst, opts)
 	}

@@ -72,11 +72,7 @@ func runExec(ctx context.Context, g *globals, o *execOptions) error {
 	if o.timeout < 0 {
 		return fmt.Errorf("--timeout %v: must not be negative", o.timeout)
 	}
-	r, err := o.api.dial()
-	if err != nil {
-		return err
-	}
-	sb, err := r.connect(ctx, o.id)
+	r, sb, err := o.api.sandbox(ctx, o.id)
 	if err != nil {
 		return err
 	}

@@ -34,18 +34,11 @@ func newReadCmd(g *globals) *cobra.Command {
 }
 
 func runRead(ctx context.Context, g *globals, o *readOptions) error {
-	r, err := o.api.dial()
+	r, sb, err := o.api.sandbox(ctx, o.id)
 	if err != nil {
 		return err
 	}
-	sb, err := r.connect(ctx, o.id)
-	if err != nil {
-		return err
-	}
-	var opts []sdk.FileOption
-	if o.user != "" {
-		opts = append(opts, sdk.WithUser(o.user))
-	}
+	opts := asUser(o.user)
 	rc, err := sb.Files.ReadStream(ctx, o.path, opts...)
 	if sdk.IsNotFound(err) {
 		return fmt.Errorf("%s:%s: no such file in the sandbox", o.id, o.path)

@@ -49,11 +49,7 @@ func runShell(ctx context.Context, g *globals, o *shellOptions) error {
 	// running in the sandbox with nobody to read it.
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP)
 	defer stop()
-	r, err := o.api.dial()
-	if err != nil {
-		return err
-	}
-	sb, err := r.connect(ctx, o.id)
+	r, sb, err := o.api.sandbox(ctx, o.id)
 	if err != nil {
 		return err
 	}

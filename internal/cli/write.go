@@ -4,8 +4,6 @@ import (
 	"context"
 
 	"github.com/spf13/cobra"
-
-	"github.com/lightbearco/tupper/sdk"
 )
 
 type writeOptions struct {
@@ -35,18 +33,11 @@ streamed, never held whole in memory.`,
 }
 
 func runWrite(ctx context.Context, g *globals, o *writeOptions) error {
-	r, err := o.api.dial()
+	r, sb, err := o.api.sandbox(ctx, o.id)
 	if err != nil {
 		return err
 	}
-	sb, err := r.connect(ctx, o.id)
-	if err != nil {
-		return err
-	}
-	var opts []sdk.FileOption
-	if o.user != "" {
-		opts = append(opts, sdk.WithUser(o.user))
-	}
+	opts := asUser(o.user)
 	_, err = sb.Files.WriteStream(ctx, o.path, g.stdin, opts...)
 	return r.data(ctx, err, o.id)
 }
