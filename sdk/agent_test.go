@@ -659,33 +659,9 @@ func TestAgentFiles(t *testing.T) {
 
 	t.Run("signed URLs", func(t *testing.T) {
 		p := filepath.Join(dir, "signed file.txt")
-		up, err := sb.UploadURL(p, sdk.URLOptions{User: "root", Expires: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.Post(up, "application/octet-stream", strings.NewReader("via url"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("POST to the upload URL: %s", resp.Status)
-		}
-		down, err := sb.DownloadURL(p, sdk.URLOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err = http.Get(down)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || string(b) != "via url" {
-			t.Errorf("GET of the download URL: %s %q", resp.Status, b)
-		}
+		_, down := signedRoundTrip(t, sb, p, sdk.URLOptions{User: "root", Expires: time.Minute}, "via url")
 		// A URL signed for reading does not write.
-		resp, err = http.Post(down, "application/octet-stream", strings.NewReader("no"))
+		resp, err := http.Post(down, "application/octet-stream", strings.NewReader("no"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -858,4 +834,37 @@ type noTokenTransport struct{ *agentTransport }
 
 func (n noTokenTransport) DataPlane(ctx context.Context, id string) (*sdk.DataPlane, error) {
 	return &sdk.DataPlane{BaseURL: n.url}, nil
+}
+
+// signedRoundTrip uploads content to path through a signed upload URL made
+// with opts, downloads it through a signed download URL, checks it came back
+// whole, and returns both URLs.
+func signedRoundTrip(t *testing.T, sb *sdk.Sandbox, path string, opts sdk.URLOptions, content string) (up, down string) {
+	t.Helper()
+	up, err := sb.UploadURL(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(up, "application/octet-stream", strings.NewReader(content))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST to the upload URL: %s", resp.Status)
+	}
+	down, err = sb.DownloadURL(path, sdk.URLOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err = http.Get(down)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != content {
+		t.Errorf("GET of the download URL: %s %q, want %q", resp.Status, b, content)
+	}
+	return up, down
 }

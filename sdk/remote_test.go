@@ -3,9 +3,7 @@ package sdk_test
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -172,34 +170,9 @@ func TestRemote(t *testing.T) {
 	})
 
 	t.Run("signed URLs", func(t *testing.T) {
-		const path = "/home/user/signed.txt"
-		up, err := sb.UploadURL(path, sdk.URLOptions{Expires: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
+		up, _ := signedRoundTrip(t, sb, "/home/user/signed.txt", sdk.URLOptions{Expires: time.Minute}, "signed content")
 		if !strings.HasPrefix(up, url+"/files?") {
 			t.Errorf("upload URL %q is not on the server", up)
-		}
-		resp, err := http.Post(up, "application/octet-stream", strings.NewReader("signed content"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("upload: %s", resp.Status)
-		}
-		down, err := sb.DownloadURL(path, sdk.URLOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err = http.Get(down)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || string(b) != "signed content" {
-			t.Errorf("download: %s %q", resp.Status, b)
 		}
 	})
 
