@@ -12,7 +12,10 @@ package backend
 import (
 	"context"
 	"log/slog"
+	"net/netip"
 	"time"
+
+	"github.com/lightbearco/tupper/netpolicy"
 )
 
 // AgentPort is the TCP port the agent listens on inside every sandbox. It is
@@ -69,6 +72,10 @@ type Spec struct {
 	Resources Resources
 	// Labels are opaque key/values a backend may record for debugging.
 	Labels map[string]string
+	// Network is the sandbox's egress policy; nil allows all egress. A
+	// backend whose host has egress turned off (Config.Network.NoEgress)
+	// gives the sandbox none whatever this says.
+	Network *netpolicy.Policy
 }
 
 // Agent says which agent binary to run and how.
@@ -126,4 +133,26 @@ type Config struct {
 	Logger *slog.Logger
 	// Options are backend-specific settings, documented by each backend.
 	Options map[string]string
+	// Network is the host's side of the sandboxes' networking, for
+	// backends that give sandboxes a network of their own.
+	Network NetworkConfig
+}
+
+// NetworkConfig is the operator's side of sandbox networking: what no
+// sandbox's own policy changes.
+type NetworkConfig struct {
+	// NoEgress seals every sandbox: it reaches neither the host nor
+	// anything beyond it, and its lookups fail at once.
+	NoEgress bool
+	// DNSUpstreams are the resolvers ("host:port") that sandbox lookups
+	// are forwarded to; empty means the host's own.
+	DNSUpstreams []string
+	// Exempt lists destinations that sandboxes may reach although they
+	// are private, link-local or the host's own (see
+	// netpolicy.AlwaysDenied); each sandbox's policy still applies.
+	Exempt []netip.Prefix
+	// UpstreamCAs are extra PEM certificates, beside the host's roots,
+	// that the egress proxy trusts when it connects to servers on a
+	// sandbox's behalf (a corporate TLS proxy, a test server).
+	UpstreamCAs []byte
 }

@@ -1,6 +1,10 @@
 package backend
 
-import "context"
+import (
+	"context"
+
+	"github.com/lightbearco/tupper/netpolicy"
+)
 
 // Pauser is a backend that can freeze a sandbox and thaw it again. Without
 // it, the engine answers pause requests with errdefs.ErrNotSupported.
@@ -38,4 +42,17 @@ type StatsReader interface {
 // killed, or at the next restart.
 type Waiter interface {
 	Wait(ctx context.Context, id string) error
+}
+
+// NetworkUpdater is a backend that can change the egress policy of a
+// running sandbox; connections the new policy denies are cut. Without it,
+// the engine answers network updates with errdefs.ErrNotSupported.
+type NetworkUpdater interface {
+	UpdateNetwork(ctx context.Context, id string, policy *netpolicy.Policy) error
+}
+
+// NetworkObserver is a backend that remembers the connections and lookups
+// that a sandbox's policy refused. Without it, the engine reports none.
+type NetworkObserver interface {
+	NetworkDenials(ctx context.Context, id string) ([]netpolicy.Denial, error)
 }

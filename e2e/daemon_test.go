@@ -39,9 +39,11 @@ type serveDaemon struct {
 	addr      string
 	imageRoot string
 	logPath   string
-	cmd       *exec.Cmd
-	exited    chan struct{}
-	http      *http.Client
+	// args are more flags of `tupper serve`.
+	args   []string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	http   *http.Client
 }
 
 // serveKeyLine is how the first start prints the API key.
@@ -52,7 +54,7 @@ var serveKeyLine = regexp.MustCompile(`export E2B_API_KEY=(e2b_[0-9a-f]+)`)
 // skips the test where runsc, root or mmdebstrap are missing. Cleanup kills
 // every sandbox the daemon runs, stops it and checks nothing is left on the
 // host.
-func startServeDaemon(t *testing.T) *serveDaemon {
+func startServeDaemon(t *testing.T, args ...string) *serveDaemon {
 	t.Helper()
 	testutil.RequiresRunsc(t)
 	tupper, _ := e2eBinaries(t)
@@ -66,8 +68,8 @@ func startServeDaemon(t *testing.T) *serveDaemon {
 	}
 	d := &serveDaemon{
 		Root: root, tupper: tupper, addr: freeLoopbackAddr(t), imageRoot: storeRoot,
-		logPath: filepath.Join(root, "serve.log"),
-		http:    &http.Client{Timeout: 2 * time.Minute},
+		logPath: filepath.Join(root, "serve.log"), args: args,
+		http: &http.Client{Timeout: 2 * time.Minute},
 	}
 	d.URL = "http://" + d.addr
 	t.Cleanup(func() { d.cleanup(t) })
@@ -132,8 +134,8 @@ func (d *serveDaemon) launch() error {
 	fmt.Fprintf(logf, "\n===== tupper serve starting at %s =====\n", time.Now().Format(time.RFC3339Nano))
 	logStart, _ := logf.Seek(0, io.SeekEnd)
 
-	cmd := exec.Command(d.tupper, "--root", d.Root, "--verbose", "serve",
-		"--addr", d.addr, "--image-root", d.imageRoot)
+	cmd := exec.Command(d.tupper, append([]string{"--root", d.Root, "--verbose", "serve",
+		"--addr", d.addr, "--image-root", d.imageRoot}, d.args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "TUPPER_ROOT=")
 	// Its own process group: a ^C to the test must not reach it before

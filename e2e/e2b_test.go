@@ -140,11 +140,18 @@ func npmCI(t *testing.T, dir string) {
 // into the test log, and fails the test when it fails.
 func runScenario(t *testing.T, node, dir string, d *serveDaemon, sdk string) {
 	t.Helper()
+	runScript(t, node, dir, d, "scenario.mjs", sdk)
+}
+
+// runScript runs the node script in dir with argument sdk against d, with
+// extra environment variables, and fails the test when a step fails.
+func runScript(t *testing.T, node, dir string, d *serveDaemon, script, sdk string, extraEnv ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "scenario.mjs", sdk)
+	cmd := exec.CommandContext(ctx, node, script, sdk)
 	cmd.Dir = dir
-	cmd.Env = scenarioEnv(d)
+	cmd.Env = append(scenarioEnv(d), extraEnv...)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/engine/store"
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/netpolicy"
 )
 
 // CreateOptions describe a sandbox to create.
@@ -34,6 +35,11 @@ type CreateOptions struct {
 	CPUs     float64
 	MemoryMB int
 	Pids     int64
+	// Network is the egress policy and AllowInternetAccess E2B's older
+	// switch (false denies all egress on top of Network). When both are
+	// nil the engine's DefaultNetwork applies.
+	Network             *netpolicy.Policy
+	AllowInternetAccess *bool
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -70,6 +76,9 @@ func (o *CreateOptions) validate(cfg *Config) error {
 	if o.MemoryMB > maxMemoryMB || o.CPUs > maxCPUs || o.Pids > maxPids {
 		return fmt.Errorf("create: limits above %d MB, %d CPUs or %d pids: %w", maxMemoryMB, maxCPUs, maxPids, errdefs.ErrInvalidArgument)
 	}
+	if err := o.Network.Normalize(); err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
 	for k := range o.Env {
 		if !envName.MatchString(k) {
 			return fmt.Errorf("create: environment variable name %q is not valid: %w", k, errdefs.ErrInvalidArgument)
@@ -84,8 +93,12 @@ func (o *CreateOptions) validate(cfg *Config) error {
 // Create boots a sandbox and returns once its agent answers, so that the
 // caller can use it at once. A failed create leaves nothing behind.
 func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
+	opts.Network = opts.Network.Clone()
 	if err := opts.validate(&e.cfg); err != nil {
 		return nil, err
+	}
+	if opts.Network == nil && opts.AllowInternetAccess == nil {
+		opts.Network = e.cfg.DefaultNetwork.Clone()
 	}
 	ref, template := opts.Image, opts.Template
 	if ref == "" {
@@ -108,6 +121,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		State: store.StateCreating, Metadata: opts.Metadata, Env: opts.Env,
 		CPUs: orDefault(opts.CPUs, e.cfg.DefaultCPUs), MemoryMB: orDefault(opts.MemoryMB, e.cfg.DefaultMemoryMB),
 		AccessToken: newToken(), StartedAt: now, EndAt: now.Add(timeout),
+		Network: opts.Network, AllowInternetAccess: opts.AllowInternetAccess,
 	}
 	if sb.TemplateID == "" {
 		sb.TemplateID = ref
@@ -126,6 +140,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		Agent:     backend.Agent{Path: e.cfg.AgentPath, Args: []string{"--addr", fmt.Sprintf(":%d", backend.AgentPort)}},
 		Resources: backend.Resources{CPUs: sb.CPUs, MemoryBytes: int64(sb.MemoryMB) << 20, Pids: orDefault(opts.Pids, e.cfg.DefaultPids)},
 		Labels:    map[string]string{"template": sb.TemplateID},
+		Network:   netpolicy.WithInternet(sb.Network, sb.AllowInternetAccess),
 	}
 	// Booting is the engine's business, not the caller's: a caller that
 	// goes away mid-boot must not leave a half-made sandbox, so the boot

@@ -24,6 +24,7 @@ import (
 	"github.com/lightbearco/tupper/engine/store"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/image"
+	"github.com/lightbearco/tupper/netpolicy"
 )
 
 // Sandbox is a sandbox's record as the engine keeps it.
@@ -61,6 +62,9 @@ type Config struct {
 	DefaultCPUs     float64
 	DefaultMemoryMB int
 	DefaultPids     int64
+	// DefaultNetwork is the egress policy of sandboxes whose create says
+	// nothing of it; nil allows all egress, as in E2B.
+	DefaultNetwork *netpolicy.Policy
 	// BootTimeout bounds how long a create waits for the agent to
 	// answer; zero means 30 seconds.
 	BootTimeout time.Duration
@@ -117,6 +121,10 @@ func (c *Config) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	c.DefaultNetwork = c.DefaultNetwork.Clone()
+	if err := c.DefaultNetwork.Normalize(); err != nil {
+		return fmt.Errorf("engine: DefaultNetwork: %w", err)
 	}
 	return nil
 }

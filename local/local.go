@@ -38,6 +38,9 @@ type Config struct {
 	Backend string
 	// BackendOptions are passed to the backend (see each backend's doc).
 	BackendOptions map[string]string
+	// Network is the operator's side of sandbox networking (resolvers,
+	// exemptions, egress off), passed to the backend.
+	Network backend.NetworkConfig
 	// AgentPath is the tupper-agent binary; empty means FindAgent().
 	AgentPath string
 	// Engine carries the engine's defaults (timeouts, limits); its Root,
@@ -60,7 +63,10 @@ type Runtime struct {
 	clients map[string]*sandboxClient
 }
 
-var _ sdk.Transport = (*Runtime)(nil)
+var (
+	_ sdk.Transport        = (*Runtime)(nil)
+	_ sdk.NetworkTransport = (*Runtime)(nil)
+)
 
 // Open builds a Runtime: it opens the image store (Root/images), the
 // backend under Root/backends/<name> and the engine under Root/engine,
@@ -94,6 +100,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	be, err := backend.Open(cfg.Backend, backend.Config{
 		Root: filepath.Join(cfg.Root, "backends", cfg.Backend), Logger: cfg.Logger, Options: cfg.BackendOptions,
+		Network: cfg.Network,
 	})
 	if err != nil {
 		return nil, err
@@ -151,11 +158,23 @@ func (r *Runtime) CreateSandbox(ctx context.Context, req sdk.CreateRequest) (*sd
 	sb, err := r.engine.Create(ctx, engine.CreateOptions{
 		Template: req.Template, Image: req.Image, Timeout: req.Timeout, Metadata: req.Metadata,
 		Env: req.Env, CPUs: req.CPUs, MemoryMB: req.MemoryMB,
+		Network: req.Network, AllowInternetAccess: req.AllowInternetAccess,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return info(sb), nil
+}
+
+// UpdateNetwork implements sdk.NetworkTransport.
+func (r *Runtime) UpdateNetwork(ctx context.Context, id string, policy *sdk.NetworkPolicy, internet *bool) error {
+	_, err := r.engine.UpdateNetwork(ctx, id, policy, internet)
+	return err
+}
+
+// NetworkDenials implements sdk.NetworkTransport.
+func (r *Runtime) NetworkDenials(ctx context.Context, id string) ([]sdk.NetworkDenial, error) {
+	return r.engine.NetworkDenials(ctx, id)
 }
 
 // ConnectSandbox implements sdk.Transport.
@@ -288,5 +307,6 @@ func info(sb *engine.Sandbox) *sdk.SandboxInfo {
 		SandboxID: sb.ID, TemplateID: sb.TemplateID, Metadata: sb.Metadata, State: sb.State,
 		StartedAt: sb.StartedAt, EndAt: sb.EndAt, CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.MemoryMB,
 		EnvdVersion: proto.EnvdVersion, EnvdAccessToken: sb.AccessToken,
+		Network: sb.Network.Clone(), AllowInternetAccess: sb.AllowInternetAccess,
 	}
 }

@@ -40,6 +40,7 @@ func (f *fakeTransport) CreateSandbox(_ context.Context, req sdk.CreateRequest) 
 	info := &sdk.SandboxInfo{
 		SandboxID: fmt.Sprintf("fake%d", f.next), TemplateID: "base", State: "running",
 		Metadata: maps.Clone(req.Metadata), StartedAt: now, EndAt: now.Add(req.Timeout),
+		Network: req.Network.Clone(), AllowInternetAccess: req.AllowInternetAccess,
 	}
 	f.sandboxes[info.SandboxID] = info
 	c := *info

@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -19,10 +18,10 @@ import (
 const maxListed = 1000
 
 type networkPolicy struct {
-	AllowOut []string `json:"allow_out,omitempty" jsonschema:"CIDR blocks, IP addresses or domain names the sandbox may reach; wins over deny_out"`
+	AllowOut []string `json:"allow_out,omitempty" jsonschema:"CIDR blocks, IP addresses, domain names or *.domain wildcards the sandbox may reach; wins over deny_out. Domains are checked on HTTP (port 80) and HTTPS (port 443)"`
 	DenyOut  []string `json:"deny_out,omitempty" jsonschema:"CIDR blocks or IP addresses the sandbox may not reach; 0.0.0.0/0 blocks all egress"`
 	// A pointer: absent and false differ.
-	AllowInternetAccess *bool `json:"allow_internet_access,omitempty" jsonschema:"Whether the sandbox may reach the internet at all"`
+	AllowInternetAccess *bool `json:"allow_internet_access,omitempty" jsonschema:"false denies all egress but what allow_out names (default true)"`
 }
 
 type createSandboxIn struct {
@@ -33,7 +32,7 @@ type createSandboxIn struct {
 	Metadata       map[string]string `json:"metadata,omitempty" jsonschema:"Labels to find the sandbox by with list_sandboxes; keys starting with tupper.mcp. are reserved"`
 	CPUs           float64           `json:"cpus,omitempty" jsonschema:"CPU cores (default 1)"`
 	MemoryMB       int               `json:"memory_mb,omitempty" jsonschema:"Memory limit in MB (default 1024)"`
-	Network        *networkPolicy    `json:"network,omitempty" jsonschema:"Egress policy; recorded with the sandbox, not enforced yet"`
+	Network        *networkPolicy    `json:"network,omitempty" jsonschema:"Egress policy (default: the internet is reachable). The host, other sandboxes and private addresses are never reachable. A refused connection fails at once; a refused DNS lookup answers REFUSED"`
 }
 
 type sandboxOut struct {
@@ -113,18 +112,15 @@ func (t *tools) createSandbox(ctx context.Context, c caller, in createSandboxIn)
 	}
 	md[MetadataOwner] = c.owner
 	md[MetadataIdleTimeout] = strconv.Itoa(int(idle / time.Second))
-	if in.Network != nil {
-		b, err := json.Marshal(in.Network)
-		if err != nil {
-			return nil, out, err
-		}
-		md[MetadataNetwork] = string(b)
-		out.Note = "the network policy is recorded in the sandbox's metadata (" + MetadataNetwork + ") but not enforced yet"
-	}
-	sb, err := t.client.Create(ctx, sdk.CreateOptions{
+	opts := sdk.CreateOptions{
 		Template: in.Template, Image: in.Image, Timeout: idle, Metadata: md, Envs: in.Env,
 		CPUs: in.CPUs, MemoryMB: in.MemoryMB,
-	})
+	}
+	if in.Network != nil {
+		opts.Network = &sdk.NetworkPolicy{AllowOut: in.Network.AllowOut, DenyOut: in.Network.DenyOut}
+		opts.AllowInternetAccess = in.Network.AllowInternetAccess
+	}
+	sb, err := t.client.Create(ctx, opts)
 	if err != nil {
 		return nil, out, explain(ctx, "create sandbox", "", err)
 	}

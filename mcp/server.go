@@ -45,9 +45,6 @@ const (
 	MetadataOwner = MetadataPrefix + "owner"
 	// MetadataIdleTimeout holds the sandbox's idle timeout in seconds.
 	MetadataIdleTimeout = MetadataPrefix + "idle-timeout"
-	// MetadataNetwork holds the network policy asked for at create, as
-	// JSON, until Tupper enforces policies.
-	MetadataNetwork = MetadataPrefix + "network"
 )
 
 // LocalOwner is the owner recorded when Config.Owner is nil.

@@ -153,7 +153,7 @@ func TestCreateTagsAndTimeout(t *testing.T) {
 	}
 	callOK(t, cs, "create_sandbox", map[string]any{
 		"metadata": map[string]any{"project": "p"},
-		"network":  map[string]any{"deny_out": []any{"0.0.0.0/0"}},
+		"network":  map[string]any{"allow_out": []any{"pypi.org"}, "deny_out": []any{"0.0.0.0/0"}, "allow_internet_access": false},
 	}, &out)
 	info := ft.sandboxes[out.Sandbox.SandboxID]
 	if info == nil {
@@ -161,7 +161,6 @@ func TestCreateTagsAndTimeout(t *testing.T) {
 	}
 	want := map[string]string{
 		"project": "p", "session": "s1", mcp.MetadataOwner: mcp.LocalOwner, mcp.MetadataIdleTimeout: "600",
-		mcp.MetadataNetwork: `{"deny_out":["0.0.0.0/0"]}`,
 	}
 	if diff := cmp.Diff(want, info.Metadata); diff != "" {
 		t.Errorf("metadata (-want +got):\n%s", diff)
@@ -169,8 +168,10 @@ func TestCreateTagsAndTimeout(t *testing.T) {
 	if left := info.EndAt.Sub(info.StartedAt); left != mcp.DefaultTimeout {
 		t.Errorf("time to live %v, want %v", left, mcp.DefaultTimeout)
 	}
-	if !strings.Contains(out.Note, "not enforced") {
-		t.Errorf("note %q does not say the policy is not enforced", out.Note)
+	// The policy goes to the sandbox itself, not to its labels.
+	if info.Network == nil || !slices.Equal(info.Network.AllowOut, []string{"pypi.org"}) || !slices.Equal(info.Network.DenyOut, []string{"0.0.0.0/0"}) ||
+		info.AllowInternetAccess == nil || *info.AllowInternetAccess {
+		t.Errorf("create passed network %+v, allowInternetAccess %v", info.Network, info.AllowInternetAccess)
 	}
 
 	// A call on a sandbox close to its end pushes the end a full idle

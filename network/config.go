@@ -38,6 +38,7 @@ import (
 	"strings"
 
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/netpolicy"
 )
 
 // DefaultSubnet is the pool of addresses used when Config.Subnet is unset.
@@ -67,8 +68,11 @@ type Config struct {
 	// [a-z0-9]. Empty means DefaultIfPrefix.
 	IfPrefix string
 	// Policy, when set, is applied to every endpoint after it is made and
-	// removed before it is torn down. Nil means no egress at all: the
-	// sandbox reaches neither the host nor anything beyond it.
+	// removed before it is torn down, and applied again to the endpoints
+	// of the leases that New finds (a restarted process). Nil means no
+	// egress at all: the sandbox reaches neither the host nor anything
+	// beyond it. *Egress is the Policy that gives sandboxes the internet
+	// under their own rules.
 	Policy Policy
 	// Logger receives the pool's logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -102,6 +106,24 @@ type Endpoint struct {
 	// SandboxAddr is eth0's address inside the namespace, with the /30
 	// prefix length. The sandbox's agent is reached at SandboxAddr.Addr().
 	SandboxAddr netip.Prefix `json:"sandboxAddr"`
+	// Egress is the sandbox's egress policy, for the pool's Policy to
+	// enforce; nil allows all egress (when the pool has a Policy at all).
+	// It is kept in the lease, so that a restarted process enforces it
+	// again.
+	Egress *netpolicy.Policy `json:"egress,omitempty"`
+}
+
+// PolicyUpdater is a Policy that can change the rules of a sandbox that
+// is already set up. Without it, Pool.UpdatePolicy fails with
+// errdefs.ErrNotSupported.
+type PolicyUpdater interface {
+	Update(ctx context.Context, ep *Endpoint) error
+}
+
+// DenialReporter is a Policy that remembers what it refused. Without it,
+// Pool.Denials reports none.
+type DenialReporter interface {
+	Denials(id string) []netpolicy.Denial
 }
 
 // DefaultLockPath returns the host-wide lock file for pools of subnet.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/internal/cleanup"
+	"github.com/lightbearco/tupper/netpolicy"
 )
 
 // Pool makes and removes sandbox network endpoints. It is safe for
@@ -56,7 +57,66 @@ func New(cfg Config) (*Pool, error) {
 			return nil, fmt.Errorf("network pool: %w", err)
 		}
 	}
+	p.reapply()
 	return p, nil
+}
+
+// reapply applies the Policy again to every endpoint whose lease and
+// interface survived an earlier process, so that a restarted daemon
+// enforces their policies (and serves their lookups) again. Failures are
+// logged: the sandbox then reaches nothing until its policy is updated,
+// which fails closed.
+func (p *Pool) reapply() {
+	if p.cfg.Policy == nil {
+		return
+	}
+	eps, err := p.leases()
+	if err != nil {
+		p.log.Warn("network: read leases", "err", err)
+		return
+	}
+	for _, ep := range eps {
+		if _, err := netlink.LinkByName(ep.HostIf); err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := p.cfg.Policy.Apply(ctx, ep); err != nil {
+			p.log.Warn("network: apply policy again", "sandbox", ep.ID, "err", err)
+		}
+		cancel()
+	}
+}
+
+// UpdatePolicy replaces the egress policy of sandbox id, in its lease and
+// in force. It fails with errdefs.ErrNotFound for an id the pool has no
+// lease of, and errdefs.ErrNotSupported when the pool's Policy cannot
+// update (or there is none: the sandbox has no egress to change).
+func (p *Pool) UpdatePolicy(ctx context.Context, id string, pol *netpolicy.Policy) error {
+	up, ok := p.cfg.Policy.(PolicyUpdater)
+	if !ok {
+		return fmt.Errorf("sandbox %q: network: this pool cannot change egress policies: %w", id, errdefs.ErrNotSupported)
+	}
+	ep, err := p.Lookup(id)
+	if err != nil {
+		return err
+	}
+	ep.Egress = pol.Clone()
+	if err := p.writeLease(ep); err != nil {
+		return fmt.Errorf("sandbox %q: network: %w", id, err)
+	}
+	if err := up.Update(ctx, ep); err != nil {
+		return fmt.Errorf("sandbox %q: network: %w", id, err)
+	}
+	return nil
+}
+
+// Denials returns the recent connections and lookups of sandbox id that
+// its policy refused, oldest first; none when the Policy keeps no record.
+func (p *Pool) Denials(id string) []netpolicy.Denial {
+	if r, ok := p.cfg.Policy.(DenialReporter); ok {
+		return r.Denials(id)
+	}
+	return nil
 }
 
 // Subnet returns the subnet the pool hands out /30s from.
@@ -70,17 +130,18 @@ func (p *Pool) leasePath(id string) string { return filepath.Join(p.leaseDir, id
 
 func (p *Pool) hostIf(id string) string { return HostIfName(p.cfg.IfPrefix, p.cfg.Dir, id) }
 
-// Setup makes the network of sandbox id and returns it. It fails with
+// Setup makes the network of sandbox id, with egress policy pol, and
+// returns it. It fails with
 // errdefs.ErrAlreadyExists when the pool holds anything for id, and with
 // errdefs.ErrResourceExhausted when no /30 is free. A failed Setup leaves
 // nothing behind. ctx bounds the call only.
-func (p *Pool) Setup(ctx context.Context, id string) (_ *Endpoint, retErr error) {
+func (p *Pool) Setup(ctx context.Context, id string, pol *netpolicy.Policy) (_ *Endpoint, retErr error) {
 	if err := ValidateID(id); err != nil {
 		return nil, err
 	}
 	begin := time.Now()
 	log := p.log.With("sandbox", id, "op", "network-setup")
-	ep := &Endpoint{ID: id, NetNSPath: p.NetNSPath(id), HostIf: p.hostIf(id)}
+	ep := &Endpoint{ID: id, NetNSPath: p.NetNSPath(id), HostIf: p.hostIf(id), Egress: pol.Clone()}
 
 	var undo cleanup.Stack
 	defer func() {

@@ -170,7 +170,7 @@ func TestSetupTeardown(t *testing.T) {
 	ctx := context.Background()
 	id := uniqueID("basic")
 
-	ep, err := p.Setup(ctx, id)
+	ep, err := p.Setup(ctx, id, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestSetupTeardown(t *testing.T) {
 		t.Errorf("loopback in the sandbox: %v", err)
 	}
 
-	if _, err := p.Setup(ctx, id); !errors.Is(err, errdefs.ErrAlreadyExists) {
+	if _, err := p.Setup(ctx, id, nil); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Errorf("second Setup = %v, want ErrAlreadyExists", err)
 	}
 
@@ -267,11 +267,11 @@ func TestSetupTeardown(t *testing.T) {
 func TestSandboxesCannotReachEachOther(t *testing.T) {
 	p := newTestPool(t, nil)
 	ctx := context.Background()
-	a, err := p.Setup(ctx, uniqueID("a"))
+	a, err := p.Setup(ctx, uniqueID("a"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := p.Setup(ctx, uniqueID("b"))
+	b, err := p.Setup(ctx, uniqueID("b"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestFailedSetupLeavesNothing(t *testing.T) {
 	pol := &failingPolicy{}
 	p := newTestPool(t, pol)
 	id := uniqueID("fail")
-	if _, err := p.Setup(context.Background(), id); err == nil {
+	if _, err := p.Setup(context.Background(), id, nil); err == nil {
 		t.Fatal("Setup with a failing policy succeeded")
 	}
 	assertGone(t, p, id)
@@ -325,7 +325,7 @@ func TestListFindsLeftovers(t *testing.T) {
 	p := newTestPool(t, nil)
 	ctx := context.Background()
 	id := uniqueID("crash")
-	ep, err := p.Setup(ctx, id)
+	ep, err := p.Setup(ctx, id, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +367,7 @@ func TestConcurrentSetup(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ep, err := p.Setup(ctx, uniqueID(fmt.Sprintf("c%d-%d", i, j)))
+				ep, err := p.Setup(ctx, uniqueID(fmt.Sprintf("c%d-%d", i, j)), nil)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -421,7 +421,7 @@ func TestSetupHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	id := uniqueID("ctx")
-	if _, err := p.Setup(ctx, id); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := p.Setup(ctx, id, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Setup under a held lock = %v, want DeadlineExceeded", err)
 	}
 	assertGone(t, p, id)
@@ -432,7 +432,7 @@ func TestNetNSDirStaysClean(t *testing.T) {
 	ctx := context.Background()
 	for i := range 5 {
 		id := uniqueID(fmt.Sprint("cycle", i))
-		if _, err := p.Setup(ctx, id); err != nil {
+		if _, err := p.Setup(ctx, id, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := p.Teardown(ctx, id); err != nil {
@@ -453,7 +453,7 @@ func TestNetNSDirStaysClean(t *testing.T) {
 func TestStaleAddressIsUnreachable(t *testing.T) {
 	p := newTestPool(t, nil)
 	id := uniqueID("stale")
-	ep, err := p.Setup(context.Background(), id)
+	ep, err := p.Setup(context.Background(), id, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +478,7 @@ func TestStaleAddressIsUnreachable(t *testing.T) {
 func TestSandboxCannotReachHost(t *testing.T) {
 	p := newTestPool(t, nil)
 	id := uniqueID("nohost")
-	ep, err := p.Setup(context.Background(), id)
+	ep, err := p.Setup(context.Background(), id, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

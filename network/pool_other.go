@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/netpolicy"
 )
 
 // Pool makes and removes sandbox network endpoints. Outside Linux it has
@@ -27,7 +28,17 @@ func (p *Pool) Subnet() netip.Prefix { return p.cfg.Subnet }
 func (p *Pool) NetNSPath(id string) string { return filepath.Join(p.cfg.Dir, "netns", id) }
 
 // Setup fails with errdefs.ErrNotSupported outside Linux.
-func (p *Pool) Setup(ctx context.Context, id string) (*Endpoint, error) { return nil, errUnsupported }
+func (p *Pool) Setup(ctx context.Context, id string, pol *netpolicy.Policy) (*Endpoint, error) {
+	return nil, errUnsupported
+}
+
+// UpdatePolicy fails with errdefs.ErrNotSupported outside Linux.
+func (p *Pool) UpdatePolicy(ctx context.Context, id string, pol *netpolicy.Policy) error {
+	return errUnsupported
+}
+
+// Denials reports none outside Linux.
+func (p *Pool) Denials(id string) []netpolicy.Denial { return nil }
 
 // Teardown fails with errdefs.ErrNotSupported outside Linux.
 func (p *Pool) Teardown(ctx context.Context, id string) error { return errUnsupported }

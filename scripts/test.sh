@@ -11,5 +11,9 @@ export TUPPER_AGENT="$PWD/bin/tupper-agent"
 if [ "${CI:-}" = true ]; then export TUPPER_REQUIRE_ALL=1; fi
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(./...)
+# Some tests still run the host's own `bash -l` (issue 8 makes them
+# hermetic); a pyenv rehash lock left by a killed login shell makes every
+# `bash -l` wait 60 s, so a stale one goes first.
+find "${PYENV_ROOT:-$HOME/.pyenv}/shims" -maxdepth 1 -name .pyenv-shim -mmin +1 -delete 2>/dev/null || true
 go vet ./...
 exec go test -timeout 25m -count=1 "${args[@]}"

@@ -47,6 +47,16 @@ type CreateOptions struct {
 	// CPUs and MemoryMB are the sandbox's limits; 0 means the default.
 	CPUs     float64
 	MemoryMB int
+	// Network is the sandbox's egress policy, as E2B's `network` option:
+	// AllowOut (CIDRs, IPs, domains, "*.domain") wins over DenyOut (CIDRs,
+	// IPs; "0.0.0.0/0" denies all), and Rules add headers to HTTPS
+	// requests for a domain on the host, so that secrets never enter the
+	// sandbox. Nil means the server's default (the internet, unless the
+	// daemon runs with --egress deny).
+	Network *NetworkPolicy
+	// AllowInternetAccess false denies all egress but what Network's
+	// AllowOut names; nil leaves Network alone.
+	AllowInternetAccess *bool
 }
 
 // ListOptions filters a listing of sandboxes.
@@ -91,13 +101,15 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		return nil, err
 	}
 	info, err := t.CreateSandbox(ctx, CreateRequest{
-		Template: opts.Template,
-		Image:    opts.Image,
-		Timeout:  opts.Timeout,
-		Metadata: maps.Clone(opts.Metadata),
-		Env:      maps.Clone(opts.Envs),
-		CPUs:     opts.CPUs,
-		MemoryMB: opts.MemoryMB,
+		Template:            opts.Template,
+		Image:               opts.Image,
+		Timeout:             opts.Timeout,
+		Metadata:            maps.Clone(opts.Metadata),
+		Env:                 maps.Clone(opts.Envs),
+		CPUs:                opts.CPUs,
+		MemoryMB:            opts.MemoryMB,
+		Network:             opts.Network.Clone(),
+		AllowInternetAccess: opts.AllowInternetAccess,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)

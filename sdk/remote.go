@@ -178,8 +178,40 @@ type createBody struct {
 	EnvVars    map[string]string `json:"envVars,omitempty"`
 	// CPUCount and MemoryMB are Tupper's extensions, named as the listing
 	// reports them; E2B's API sizes sandboxes by template and ignores them.
-	CPUCount float64 `json:"cpuCount,omitempty"`
-	MemoryMB int     `json:"memoryMB,omitempty"`
+	CPUCount            float64        `json:"cpuCount,omitempty"`
+	MemoryMB            int            `json:"memoryMB,omitempty"`
+	Network             *NetworkPolicy `json:"network,omitempty"`
+	AllowInternetAccess *bool          `json:"allow_internet_access,omitempty"`
+}
+
+// networkUpdateBody is the body of PUT /sandboxes/{id}/network.
+type networkUpdateBody struct {
+	AllowOut            []string                 `json:"allowOut,omitempty"`
+	DenyOut             []string                 `json:"denyOut,omitempty"`
+	Rules               map[string][]NetworkRule `json:"rules,omitempty"`
+	AllowInternetAccess *bool                    `json:"allow_internet_access,omitempty"`
+}
+
+// UpdateNetwork implements NetworkTransport: PUT /sandboxes/{id}/network.
+func (t *HTTPTransport) UpdateNetwork(ctx context.Context, id string, policy *NetworkPolicy, internet *bool) error {
+	body := networkUpdateBody{AllowInternetAccess: internet}
+	if policy != nil {
+		body.AllowOut, body.DenyOut, body.Rules = policy.AllowOut, policy.DenyOut, policy.Rules
+	}
+	_, err := t.call(ctx, http.MethodPut, "/sandboxes/"+url.PathEscape(id)+"/network", nil, body, nil)
+	return err
+}
+
+// NetworkDenials implements NetworkTransport: GET
+// /sandboxes/{id}/network/denials, Tupper's own route.
+func (t *HTTPTransport) NetworkDenials(ctx context.Context, id string) ([]NetworkDenial, error) {
+	var out struct {
+		Denials []NetworkDenial `json:"denials"`
+	}
+	if _, err := t.call(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id)+"/network/denials", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Denials, nil
 }
 
 type timeoutBody struct {
@@ -189,18 +221,20 @@ type timeoutBody struct {
 // sandboxJSON is a Sandbox (create, connect), a ListedSandbox or a
 // SandboxDetail: their fields overlap, and absent ones stay zero.
 type sandboxJSON struct {
-	TemplateID      string            `json:"templateID"`
-	Alias           string            `json:"alias"`
-	SandboxID       string            `json:"sandboxID"`
-	StartedAt       time.Time         `json:"startedAt"`
-	EndAt           time.Time         `json:"endAt"`
-	CPUCount        int               `json:"cpuCount"`
-	MemoryMB        int               `json:"memoryMB"`
-	DiskSizeMB      int               `json:"diskSizeMB"`
-	Metadata        map[string]string `json:"metadata"`
-	State           string            `json:"state"`
-	EnvdVersion     string            `json:"envdVersion"`
-	EnvdAccessToken *string           `json:"envdAccessToken"`
+	TemplateID          string            `json:"templateID"`
+	Alias               string            `json:"alias"`
+	SandboxID           string            `json:"sandboxID"`
+	StartedAt           time.Time         `json:"startedAt"`
+	EndAt               time.Time         `json:"endAt"`
+	CPUCount            int               `json:"cpuCount"`
+	MemoryMB            int               `json:"memoryMB"`
+	DiskSizeMB          int               `json:"diskSizeMB"`
+	Metadata            map[string]string `json:"metadata"`
+	State               string            `json:"state"`
+	EnvdVersion         string            `json:"envdVersion"`
+	EnvdAccessToken     *string           `json:"envdAccessToken"`
+	Network             *NetworkPolicy    `json:"network"`
+	AllowInternetAccess *bool             `json:"allowInternetAccess"`
 }
 
 func (s *sandboxJSON) info() *SandboxInfo {
@@ -208,6 +242,7 @@ func (s *sandboxJSON) info() *SandboxInfo {
 		SandboxID: s.SandboxID, TemplateID: s.TemplateID, Alias: s.Alias, Metadata: s.Metadata,
 		State: s.State, StartedAt: s.StartedAt, EndAt: s.EndAt, CPUCount: s.CPUCount,
 		MemoryMB: s.MemoryMB, DiskSizeMB: s.DiskSizeMB, EnvdVersion: s.EnvdVersion,
+		Network: s.Network, AllowInternetAccess: s.AllowInternetAccess,
 	}
 	if s.EnvdAccessToken != nil {
 		info.EnvdAccessToken = *s.EnvdAccessToken
@@ -249,6 +284,7 @@ func (t *HTTPTransport) CreateSandbox(ctx context.Context, req CreateRequest) (*
 	body := createBody{
 		TemplateID: req.Template, Timeout: ceilSeconds(req.Timeout), Metadata: req.Metadata,
 		EnvVars: req.Env, CPUCount: req.CPUs, MemoryMB: req.MemoryMB,
+		Network: req.Network, AllowInternetAccess: req.AllowInternetAccess,
 	}
 	if req.Image != "" {
 		body.TemplateID = req.Image

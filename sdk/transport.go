@@ -54,6 +54,18 @@ type CreateRequest struct {
 	// CPUs and MemoryMB are the sandbox's limits; 0 means the default.
 	CPUs     float64
 	MemoryMB int
+	// Network and AllowInternetAccess are the egress policy (see
+	// CreateOptions.Network).
+	Network             *NetworkPolicy
+	AllowInternetAccess *bool
+}
+
+// NetworkTransport is a Transport that can change a running sandbox's
+// egress policy and report what it refused. Without it, Sandbox.SetNetwork
+// and Sandbox.NetworkDenials fail with errdefs.ErrNotSupported.
+type NetworkTransport interface {
+	UpdateNetwork(ctx context.Context, id string, policy *NetworkPolicy, allowInternetAccess *bool) error
+	NetworkDenials(ctx context.Context, id string) ([]NetworkDenial, error)
 }
 
 // ListQuery filters a listing of sandboxes.
@@ -92,4 +104,8 @@ type SandboxInfo struct {
 	// EnvdAccessToken is the token data-plane calls must carry; empty when
 	// the sandbox has none.
 	EnvdAccessToken string
+	// Network and AllowInternetAccess are the sandbox's egress settings,
+	// as its create or last update gave them; a listing leaves them out.
+	Network             *NetworkPolicy
+	AllowInternetAccess *bool
 }

@@ -32,6 +32,7 @@ func (s *Server) controlPlane() http.Handler {
 	handle("POST", "/sandboxes/{id}/timeout", s.handleTimeout)
 	handle("GET", "/sandboxes/{id}/metrics", s.handleMetrics)
 	handle("PUT", "/sandboxes/{id}/network", s.handleNetwork)
+	handle("GET", "/sandboxes/{id}/network/denials", s.handleNetworkDenials)
 
 	// A pattern without a method is less specific than one with, so these
 	// catch only the methods not registered above.

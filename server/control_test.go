@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/lightbearco/tupper/netpolicy"
 	"github.com/lightbearco/tupper/proto"
 )
 
@@ -317,17 +318,37 @@ func TestNetworkPolicy(t *testing.T) {
 		}
 		return d
 	}
-	want := &NetworkPolicy{AllowOut: []string{"example.com", "*.pypi.org", "10.0.0.0/8"}, DenyOut: []string{"0.0.0.0/0"}}
+	want := &netpolicy.Policy{AllowOut: []string{"example.com", "*.pypi.org", "10.0.0.0/8"}, DenyOut: []string{"0.0.0.0/0"}}
 	if d := cmp.Diff(want, detail().Network); d != "" {
 		t.Errorf("network after create (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(want, e.backend.network(sb.SandboxID)); d != "" {
+		t.Errorf("network the backend enforces after create (-want +got):\n%s", d)
 	}
 	status, _, body := e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", `{"denyOut":["192.168.1.7"],"allow_internet_access":false}`)
 	if status != http.StatusNoContent {
 		t.Fatalf("update network: %d %s", status, body)
 	}
 	d := detail()
-	if diff := cmp.Diff(&NetworkPolicy{DenyOut: []string{"192.168.1.7"}}, d.Network); diff != "" || d.AllowInternetAccess == nil || *d.AllowInternetAccess {
+	if diff := cmp.Diff(&netpolicy.Policy{DenyOut: []string{"192.168.1.7"}}, d.Network); diff != "" || d.AllowInternetAccess == nil || *d.AllowInternetAccess {
 		t.Errorf("network after update: %+v, allowInternetAccess %v\n%s", d.Network, d.AllowInternetAccess, diff)
+	}
+	// allow_internet_access false is enforced as a deny-all beside the
+	// policy's own entries.
+	if diff := cmp.Diff(&netpolicy.Policy{DenyOut: []string{"192.168.1.7", "0.0.0.0/0", "::/0"}}, e.backend.network(sb.SandboxID)); diff != "" {
+		t.Errorf("network the backend enforces after update (-want +got):\n%s", diff)
+	}
+	status, _, body = e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", `{"egressProxy":{"address":"proxy.example.com:1080"}}`)
+	if status != http.StatusNotImplemented || !strings.Contains(string(body), "SOCKS5") {
+		t.Errorf("egressProxy: %d %s", status, body)
+	}
+	status, _, body = e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", `{"denyOut":["example.com"]}`)
+	if status != http.StatusBadRequest || !strings.Contains(string(body), "denyOut[0]") {
+		t.Errorf("a domain in denyOut: %d %s", status, body)
+	}
+	status, _, body = e.do("GET", "/sandboxes/"+sb.SandboxID+"/network/denials", "")
+	if status != http.StatusOK || !strings.Contains(string(body), `"destination":"blocked.test"`) {
+		t.Errorf("denials: %d %s", status, body)
 	}
 	if status, _, _ := e.do("PUT", "/sandboxes/nosuch/network", `{}`); status != http.StatusNotFound {
 		t.Errorf("update network of an unknown sandbox: %d", status)

@@ -8,12 +8,11 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/netip"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/netpolicy"
 )
 
 // maxBodyBytes bounds a control-plane request body: the largest real one
@@ -33,7 +32,7 @@ type createBody struct {
 	EnvVars             map[string]string `json:"envVars"`
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
-	Network             *NetworkPolicy    `json:"network"`
+	Network             *netpolicy.Policy `json:"network"`
 	AutoPause           *bool             `json:"autoPause"`
 	AutoResume          json.RawMessage   `json:"autoResume"`
 	VolumeMounts        []volumeMount     `json:"volumeMounts"`
@@ -59,10 +58,11 @@ type timeoutBody struct {
 // networkBody is the body of PUT /sandboxes/{id}/network. It replaces the
 // egress settings; fields left out are cleared.
 type networkBody struct {
-	AllowOut            []string        `json:"allowOut"`
-	DenyOut             []string        `json:"denyOut"`
-	Rules               json.RawMessage `json:"rules"`
-	AllowInternetAccess *bool           `json:"allow_internet_access"`
+	AllowOut            []string                    `json:"allowOut"`
+	DenyOut             []string                    `json:"denyOut"`
+	Rules               map[string][]netpolicy.Rule `json:"rules"`
+	AllowInternetAccess *bool                       `json:"allow_internet_access"`
+	EgressProxy         json.RawMessage             `json:"egressProxy"`
 }
 
 // readBody reads a request body of at most maxBodyBytes.
@@ -162,7 +162,7 @@ func decodeCreate(data []byte) (*createBody, time.Duration, error) {
 		return nil, 0, fmt.Errorf("cpuCount and memoryMB must be positive numbers: %w", errdefs.ErrInvalidArgument)
 	}
 	if b.Network != nil {
-		if err := checkNetwork(b.Network); err != nil {
+		if err := b.Network.Normalize(); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -200,85 +200,18 @@ func decodeTimeout(data []byte) (time.Duration, error) {
 
 // decodeNetwork parses a network update body into the policy that
 // replaces old's egress settings.
-func decodeNetwork(data []byte, old *NetworkPolicy) (*NetworkPolicy, *bool, error) {
+func decodeNetwork(data []byte, old *netpolicy.Policy) (*netpolicy.Policy, *bool, error) {
 	var b networkBody
 	if err := decodeJSON(data, &b); err != nil {
 		return nil, nil, err
 	}
-	p := &NetworkPolicy{AllowOut: b.AllowOut, DenyOut: b.DenyOut, Rules: b.Rules}
+	p := &netpolicy.Policy{AllowOut: b.AllowOut, DenyOut: b.DenyOut, Rules: b.Rules, EgressProxy: b.EgressProxy}
 	if old != nil {
 		// Who may reach the sandbox's ports is not egress: it stays.
 		p.AllowPublicTraffic, p.MaskRequestHost = old.AllowPublicTraffic, old.MaskRequestHost
 	}
-	if err := checkNetwork(p); err != nil {
+	if err := p.Normalize(); err != nil {
 		return nil, nil, err
 	}
 	return p, b.AllowInternetAccess, nil
-}
-
-// checkNetwork checks a network policy and normalizes its entries.
-func checkNetwork(p *NetworkPolicy) error {
-	for i, e := range p.AllowOut {
-		norm, err := egressEntry(e, true)
-		if err != nil {
-			return fmt.Errorf("network.allowOut[%d]: %w", i, err)
-		}
-		p.AllowOut[i] = norm
-	}
-	for i, e := range p.DenyOut {
-		norm, err := egressEntry(e, false)
-		if err != nil {
-			return fmt.Errorf("network.denyOut[%d]: %w", i, err)
-		}
-		p.DenyOut[i] = norm
-	}
-	if len(p.Rules) > 0 && !bytes.Equal(bytes.TrimSpace(p.Rules), []byte("null")) {
-		var rules map[string]json.RawMessage
-		if err := json.Unmarshal(p.Rules, &rules); err != nil {
-			return fmt.Errorf("network.rules must be an object keyed by domain: %w", errdefs.ErrInvalidArgument)
-		}
-	} else {
-		p.Rules = nil
-	}
-	return nil
-}
-
-// egressEntry checks one allowOut or denyOut entry: a CIDR block, an IP,
-// or, where domains are allowed, a domain name with an optional "*."
-// prefix. It returns the entry in canonical form.
-func egressEntry(e string, domains bool) (string, error) {
-	if p, err := netip.ParsePrefix(e); err == nil {
-		return p.Masked().String(), nil
-	}
-	if a, err := netip.ParseAddr(e); err == nil {
-		return a.String(), nil
-	}
-	if !domains {
-		return "", fmt.Errorf("%q is not a CIDR block or an IP address (denyOut takes no domain names): %w", e, errdefs.ErrInvalidArgument)
-	}
-	name := strings.ToLower(strings.TrimSuffix(e, "."))
-	if !validDomain(strings.TrimPrefix(name, "*.")) {
-		return "", fmt.Errorf("%q is not a CIDR block, an IP address or a domain name: %w", e, errdefs.ErrInvalidArgument)
-	}
-	return name, nil
-}
-
-// validDomain reports whether name is a DNS name: dot-separated labels of
-// letters, digits and inner hyphens, at most 253 characters.
-func validDomain(name string) bool {
-	if name == "" || len(name) > 253 {
-		return false
-	}
-	for label := range strings.SplitSeq(name, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-				return false
-			}
-		}
-	}
-	return true
 }

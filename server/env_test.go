@@ -27,6 +27,7 @@ import (
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/image"
+	"github.com/lightbearco/tupper/netpolicy"
 	pb "github.com/lightbearco/tupper/proto/process"
 	"github.com/lightbearco/tupper/proto/process/processconnect"
 )
@@ -240,6 +241,8 @@ type fakeBackend struct {
 }
 
 type fakeSandbox struct {
+	// network is the egress policy in force, as the backend got it.
+	network *netpolicy.Policy
 	srv     *http.Server
 	ln      net.Listener
 	agent   *fakeAgent
@@ -271,8 +274,32 @@ func (b *fakeBackend) Start(ctx context.Context, spec *backend.Spec) (*backend.S
 	a := newFakeAgent(token)
 	srv := &http.Server{Handler: a}
 	go srv.Serve(ln)
-	b.sandboxes[spec.ID] = &fakeSandbox{srv: srv, ln: ln, agent: a}
+	b.sandboxes[spec.ID] = &fakeSandbox{srv: srv, ln: ln, agent: a, network: spec.Network.Clone()}
 	return &backend.Sandbox{ID: spec.ID, AgentAddr: ln.Addr().String(), Pid: os.Getpid(), StartedAt: time.Now()}, nil
+}
+
+// UpdateNetwork implements backend.NetworkUpdater.
+func (b *fakeBackend) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	fs, ok := b.sandboxes[id]
+	if !ok {
+		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	fs.network = p.Clone()
+	return nil
+}
+
+// NetworkDenials implements backend.NetworkObserver: one made-up denial.
+func (b *fakeBackend) NetworkDenials(ctx context.Context, id string) ([]netpolicy.Denial, error) {
+	return []netpolicy.Denial{{Kind: "dns", Destination: "blocked.test", Rule: "fake"}}, nil
+}
+
+// network returns the policy in force in sandbox id.
+func (b *fakeBackend) network(id string) *netpolicy.Policy {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sandboxes[id].network.Clone()
 }
 
 func (b *fakeBackend) State(ctx context.Context, id string) (backend.State, error) {

@@ -12,14 +12,10 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
 
-// sandboxExtras is what a create or a network update said that the engine
-// does not keep (yet): the network policy and the E2B options that Tupper
-// accepts but cannot honour now. When the engine learns to enforce network
-// policies, the policy moves into its record and this table shrinks.
+// sandboxExtras is what a create said that the engine does not keep (yet):
+// the E2B options that Tupper accepts but cannot honour now.
 type sandboxExtras struct {
-	Network             *NetworkPolicy `json:"network,omitempty"`
-	AllowInternetAccess *bool          `json:"allowInternetAccess,omitempty"`
-	Secure              *bool          `json:"secure,omitempty"`
+	Secure *bool `json:"secure,omitempty"`
 	// AutoPause asked for pausing instead of killing at timeout; without
 	// a pausing backend the sandbox is killed.
 	AutoPause bool `json:"autoPause,omitempty"`

@@ -246,46 +246,6 @@ func TestFileSignatureVectors(t *testing.T) {
 	}
 }
 
-func TestCheckNetwork(t *testing.T) {
-	tests := []struct {
-		name string
-		in   NetworkPolicy
-		want NetworkPolicy
-		err  bool
-	}{
-		{name: "canonical forms",
-			in:   NetworkPolicy{AllowOut: []string{"10.1.2.3/8", "::1", "API.Example.com.", "*.x.io"}, DenyOut: []string{"0.0.0.0/0", "fe80::1/64"}},
-			want: NetworkPolicy{AllowOut: []string{"10.0.0.0/8", "::1", "api.example.com", "*.x.io"}, DenyOut: []string{"0.0.0.0/0", "fe80::/64"}}},
-		{name: "rules object", in: NetworkPolicy{Rules: []byte(`{"api.x.io":[{"headers":{"A":"b"}}]}`)},
-			want: NetworkPolicy{Rules: []byte(`{"api.x.io":[{"headers":{"A":"b"}}]}`)}},
-		{name: "rules null", in: NetworkPolicy{Rules: []byte(`null`)}, want: NetworkPolicy{}},
-		{name: "rules array", in: NetworkPolicy{Rules: []byte(`[1]`)}, err: true},
-		{name: "domain deny", in: NetworkPolicy{DenyOut: []string{"example.com"}}, err: true},
-		{name: "bad cidr", in: NetworkPolicy{AllowOut: []string{"1.2.3.4/33"}}, err: true},
-		{name: "label too long", in: NetworkPolicy{AllowOut: []string{strings.Repeat("a", 64) + ".com"}}, err: true},
-		{name: "empty", in: NetworkPolicy{AllowOut: []string{""}}, err: true},
-		{name: "inner wildcard", in: NetworkPolicy{AllowOut: []string{"a.*.com"}}, err: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p := tt.in
-			err := checkNetwork(&p)
-			if tt.err {
-				if !errors.Is(err, errdefs.ErrInvalidArgument) {
-					t.Errorf("= %v, want ErrInvalidArgument", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(tt.want, p); d != "" {
-				t.Errorf("(-want +got):\n%s", d)
-			}
-		})
-	}
-}
-
 func TestWriteDataErrorShapes(t *testing.T) {
 	for _, tt := range []struct {
 		path, want string

@@ -24,7 +24,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := s.engine.Create(r.Context(), engine.CreateOptions{
 		Template: b.TemplateID, Timeout: timeout, Metadata: b.Metadata, Env: b.EnvVars,
-		CPUs: b.CPUCount, MemoryMB: b.MemoryMB,
+		CPUs: b.CPUCount, MemoryMB: b.MemoryMB, Network: b.Network, AllowInternetAccess: b.AllowInternetAccess,
 	})
 	if err != nil {
 		s.writeError(w, r, err)
@@ -38,7 +38,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	log := s.log.With("sandbox", sb.ID, "op", "create")
 	ex := &sandboxExtras{
-		Network: b.Network, AllowInternetAccess: b.AllowInternetAccess, Secure: b.Secure,
+		Secure:    b.Secure,
 		AutoPause: b.AutoPause != nil && *b.AutoPause,
 	}
 	if *ex != (sandboxExtras{}) {
@@ -53,11 +53,8 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	if ex.AutoPause {
 		log.Warn("autoPause requested: sandboxes are killed at their timeout, since pausing is not supported yet")
 	}
-	if ex.Network != nil || ex.AllowInternetAccess != nil {
-		log.Info("network settings recorded", "network", ex.Network, "allowInternetAccess", ex.AllowInternetAccess)
-	}
 	s.signed.add(sb.ID, sb.AccessToken)
-	writeJSON(w, http.StatusCreated, s.sandboxJSON(sb, ex))
+	writeJSON(w, http.StatusCreated, s.sandboxJSON(sb))
 }
 
 // killQuietly kills a sandbox the server cannot hand out, on its own

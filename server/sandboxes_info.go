@@ -20,12 +20,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	ex, err := s.extras.get(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s.detailJSON(sb, ex))
+	writeJSON(w, http.StatusOK, s.detailJSON(sb))
 }
 
 // handleMetrics serves GET /sandboxes/{id}/metrics?start&end. Tupper keeps

@@ -29,13 +29,8 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	ex, err := s.extras.get(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	s.signed.add(sb.ID, sb.AccessToken)
-	writeJSON(w, http.StatusOK, s.sandboxJSON(sb, ex))
+	writeJSON(w, http.StatusOK, s.sandboxJSON(sb))
 }
 
 // handleResume serves the older POST /sandboxes/{id}/resume. Nothing is

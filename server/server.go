@@ -43,7 +43,7 @@ type Config struct {
 	// "localhost".
 	Domain string
 	// StatePath is the server's own database, for what the engine does
-	// not keep (network policies, options accepted but not honoured yet).
+	// not keep (options accepted but not honoured yet).
 	// Empty keeps it in memory, lost on restart.
 	StatePath string
 	// DialTimeout bounds connecting to a sandbox; zero means 5 seconds.

@@ -1,10 +1,10 @@
 package server
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/lightbearco/tupper/engine"
+	"github.com/lightbearco/tupper/netpolicy"
 	"github.com/lightbearco/tupper/proto"
 )
 
@@ -48,11 +48,11 @@ type listedSandboxJSON struct {
 // sandboxDetailJSON answers GET /sandboxes/{id}.
 type sandboxDetailJSON struct {
 	listedSandboxJSON
-	Domain              string         `json:"domain"`
-	EnvdAccessToken     string         `json:"envdAccessToken,omitempty"`
-	AllowInternetAccess *bool          `json:"allowInternetAccess,omitempty"`
-	Network             *NetworkPolicy `json:"network,omitempty"`
-	Lifecycle           lifecycleJSON  `json:"lifecycle"`
+	Domain              string            `json:"domain"`
+	EnvdAccessToken     string            `json:"envdAccessToken,omitempty"`
+	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
+	Network             *netpolicy.Policy `json:"network,omitempty"`
+	Lifecycle           lifecycleJSON     `json:"lifecycle"`
 }
 
 // lifecycleJSON says what happens when a sandbox's time is up. Without a
@@ -90,38 +90,18 @@ type agentMetrics struct {
 	DiskTotal  uint64  `json:"disk_total"`
 }
 
-// NetworkPolicy is a sandbox's network settings as the E2B API carries them
-// (shared/specs/e2b-wire.md §7). The server stores it; enforcing it is the
-// engine's and the network package's business.
-type NetworkPolicy struct {
-	// AllowOut lists CIDR blocks, IPs or domain names ("example.com",
-	// "*.example.com") the sandbox may reach; it wins over DenyOut.
-	AllowOut []string `json:"allowOut,omitempty"`
-	// DenyOut lists CIDR blocks or IPs the sandbox may not reach;
-	// "0.0.0.0/0" blocks all egress.
-	DenyOut []string `json:"denyOut,omitempty"`
-	// AllowPublicTraffic, when false, makes the sandbox's exposed ports
-	// need its traffic access token. Nil means true.
-	AllowPublicTraffic *bool `json:"allowPublicTraffic,omitempty"`
-	// MaskRequestHost rewrites the Host header of requests to exposed
-	// ports; stored, not applied yet.
-	MaskRequestHost *string `json:"maskRequestHost,omitempty"`
-	// Rules are per-domain request transforms, kept as sent.
-	Rules json.RawMessage `json:"rules,omitempty"`
-}
-
-// publicTraffic reports whether the sandbox's exposed ports are open
-// without a token.
-func (p *NetworkPolicy) publicTraffic() bool {
+// publicTraffic reports whether the exposed ports of a sandbox with
+// network policy p are open without a token.
+func publicTraffic(p *netpolicy.Policy) bool {
 	return p == nil || p.AllowPublicTraffic == nil || *p.AllowPublicTraffic
 }
 
-func (s *Server) sandboxJSON(sb *engine.Sandbox, ex *sandboxExtras) sandboxJSON {
+func (s *Server) sandboxJSON(sb *engine.Sandbox) sandboxJSON {
 	out := sandboxJSON{
 		TemplateID: sb.TemplateID, SandboxID: sb.ID, ClientID: clientID, EnvdVersion: proto.EnvdVersion,
 		Alias: sb.TemplateID, EnvdAccessToken: sb.AccessToken, Domain: s.cfg.Domain,
 	}
-	if !ex.Network.publicTraffic() {
+	if !publicTraffic(sb.Network) {
 		tok := trafficToken(sb.AccessToken)
 		out.TrafficAccessToken = &tok
 	}
@@ -141,11 +121,11 @@ func listedJSON(sb *engine.Sandbox) listedSandboxJSON {
 	}
 }
 
-func (s *Server) detailJSON(sb *engine.Sandbox, ex *sandboxExtras) sandboxDetailJSON {
+func (s *Server) detailJSON(sb *engine.Sandbox) sandboxDetailJSON {
 	return sandboxDetailJSON{
 		listedSandboxJSON: listedJSON(sb),
 		Domain:            s.cfg.Domain, EnvdAccessToken: sb.AccessToken,
-		AllowInternetAccess: ex.AllowInternetAccess, Network: ex.Network,
+		AllowInternetAccess: sb.AllowInternetAccess, Network: sb.Network,
 		Lifecycle: lifecycleJSON{OnTimeout: "kill"},
 	}
 }

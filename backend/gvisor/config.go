@@ -69,8 +69,13 @@ type Config struct {
 	// Platform is runsc's platform: systrap (the default), ptrace or kvm.
 	Platform string
 	// Network configures the sandboxes' address pool. Its Dir defaults to
-	// <Root>/net and its Logger to Logger.
+	// <Root>/net and its Logger to Logger. Its Policy is set by New when
+	// Egress is.
 	Network network.Config
+	// Egress, when set, gives sandboxes internet access under their own
+	// policies (network.Egress); nil seals them. Its Dir defaults to
+	// <Network.Dir>/egress.
+	Egress *network.EgressConfig
 	// Logger receives the backend's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// SharedRoot is runsc's --shared-root: host-wide state that all

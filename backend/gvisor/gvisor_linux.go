@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,6 +58,7 @@ type Backend struct {
 	log       *slog.Logger
 	runsc     *runc.Runc
 	pool      *network.Pool
+	egress    *network.Egress // nil when sandboxes have no egress
 	sandboxes string
 	limitSwap bool
 	locks     idLocks
@@ -86,8 +88,34 @@ func New(cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
 	}
+	var egress *network.Egress
+	if cfg.Egress != nil {
+		ecfg := *cfg.Egress
+		if ecfg.Dir == "" {
+			ecfg.Dir = filepath.Join(cfg.Network.Dir, "egress")
+		}
+		if ecfg.IfPrefix == "" {
+			ecfg.IfPrefix = cfg.Network.IfPrefix
+		}
+		if len(ecfg.Subnets) == 0 && cfg.Network.Subnet.IsValid() {
+			ecfg.Subnets = []netip.Prefix{cfg.Network.Subnet}
+		}
+		if ecfg.Logger == nil {
+			ecfg.Logger = cfg.Logger
+		}
+		if err := os.MkdirAll(ecfg.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("gvisor: %w", err)
+		}
+		if egress, err = network.NewEgress(ecfg); err != nil {
+			return nil, fmt.Errorf("gvisor: %w", err)
+		}
+		cfg.Network.Policy = egress
+	}
 	pool, err := network.New(cfg.Network)
 	if err != nil {
+		if egress != nil {
+			egress.Close()
+		}
 		return nil, fmt.Errorf("gvisor: %w", err)
 	}
 	flags := []string{"--platform=" + cfg.Platform, "--network=sandbox", "--shared-root=" + cfg.SharedRoot}
@@ -112,6 +140,7 @@ func New(cfg Config) (*Backend, error) {
 			ExtraArgs: flags,
 		},
 		pool:      pool,
+		egress:    egress,
 		sandboxes: sandboxes,
 		limitSwap: swapLimitable(),
 	}, nil
@@ -191,7 +220,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	step("claim", t)
 
 	t = time.Now()
-	ep, err := b.pool.Setup(ctx, id)
+	ep, err := b.pool.Setup(ctx, id, spec.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +233,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 
 	lim := resolveLimits(&b.cfg, spec.Resources)
 	oci := buildSpec(specInput{
-		Spec:        spec,
+		Spec:        b.withNetwork(spec, ep),
 		RootPath:    rootfs,
 		Limits:      lim,
 		NetNSPath:   ep.NetNSPath,

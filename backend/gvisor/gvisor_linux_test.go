@@ -448,7 +448,7 @@ func TestRestartFindsSandboxes(t *testing.T) {
 
 	// A Start that crashed after making the network only.
 	partial := newID("partial")
-	if _, err := old.pool.Setup(ctx, partial); err != nil {
+	if _, err := old.pool.Setup(ctx, partial, nil); err != nil {
 		t.Fatal(err)
 	}
 

@@ -1,12 +1,14 @@
 package gvisor
 
 import (
+	"crypto/x509"
 	"fmt"
 	"slices"
 	"strconv"
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/network"
 )
 
 // Options understood in backend.Config.Options:
@@ -41,6 +43,19 @@ func configFrom(c backend.Config) (Config, error) {
 		Logger:    c.Logger,
 		RunscPath: c.Options["runsc"],
 		Platform:  c.Options["platform"],
+	}
+	if !c.Network.NoEgress {
+		cfg.Egress = &network.EgressConfig{DNSUpstreams: c.Network.DNSUpstreams, Exempt: c.Network.Exempt, Logger: c.Logger}
+		if len(c.Network.UpstreamCAs) > 0 {
+			roots, err := x509.SystemCertPool()
+			if err != nil {
+				roots = x509.NewCertPool()
+			}
+			if !roots.AppendCertsFromPEM(c.Network.UpstreamCAs) {
+				return Config{}, fmt.Errorf("gvisor: the upstream CA certificates hold no PEM certificate: %w", errdefs.ErrInvalidArgument)
+			}
+			cfg.Egress.UpstreamRoots = roots
+		}
 	}
 	for k := range c.Options {
 		if !slices.Contains(optionKeys, k) {

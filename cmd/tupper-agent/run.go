@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"slices"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/lightbearco/tupper/agent"
 	"github.com/lightbearco/tupper/agent/identity"
+	"github.com/lightbearco/tupper/agent/netconf"
 	"github.com/lightbearco/tupper/agent/process"
 )
 
@@ -39,6 +41,8 @@ type options struct {
 	tokenFD      int
 	noEnsureUser bool
 	version      bool
+	nameserver   string
+	hostsAddr    string
 	logOut       io.Writer
 }
 
@@ -51,6 +55,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.tokenFD, "access-token-fd", -1, "descriptor to read the access token from (set by the agent itself, see hideToken)")
 	fs.BoolVar(&o.noEnsureUser, "no-ensure-user", false, "do not create the user \""+identity.DefaultUser+"\" when the image lacks it")
 	fs.BoolVar(&o.version, "version", false, "print the envd protocol version and exit")
+	fs.StringVar(&o.nameserver, "nameserver", "", "write /etc/resolv.conf naming this resolver")
+	fs.StringVar(&o.hostsAddr, "hosts-addr", "", "write /etc/hosts naming the sandbox's hostname at this address")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -82,12 +88,20 @@ func run(o options) error {
 			log.Warn("default user missing and not created", "user", identity.DefaultUser, "err", err)
 		}
 	}
+	trustCA := os.Getenv(trustCAEnv)
+	os.Unsetenv(trustCAEnv)
+	if err := configureNetwork(o, trustCA); err != nil {
+		log.Warn("network configuration incomplete", "err", err)
+	}
 	// The commands inherit the agent's environment (the image's and the
 	// sandbox's variables) minus the token and any malformed entry.
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		k, _, ok := strings.Cut(kv, "=")
-		return !ok || k == "" || k == tokenEnv
+		return !ok || k == "" || k == tokenEnv || k == trustCAEnv
 	})
+	if trustCA != "" {
+		env = append(env, netconf.EnvDefaults(env)...)
+	}
 	h, err := agent.NewHandler(agent.Config{DefaultUser: o.user, Env: env, AccessToken: token, Logger: log})
 	if err != nil {
 		return err
@@ -130,6 +144,34 @@ func run(o options) error {
 		}
 		return nil
 	}
+}
+
+// trustCAEnv carries the host's egress CA, which the agent adds to the
+// sandbox's trust store (see package agent/netconf).
+const trustCAEnv = "TUPPER_TRUST_CA"
+
+// configureNetwork writes the sandbox's resolver, hosts file and trusted
+// CA as the backend asked.
+func configureNetwork(o options, trustCA string) error {
+	c := netconf.Config{TrustCA: []byte(trustCA)}
+	if o.nameserver != "" {
+		a, err := netip.ParseAddr(o.nameserver)
+		if err != nil {
+			return fmt.Errorf("--nameserver: %w", err)
+		}
+		c.Nameserver = a
+	}
+	if o.hostsAddr != "" {
+		a, err := netip.ParseAddr(o.hostsAddr)
+		if err != nil {
+			return fmt.Errorf("--hosts-addr: %w", err)
+		}
+		c.Addr = a
+		if c.Hostname, err = os.Hostname(); err != nil {
+			return err
+		}
+	}
+	return netconf.Write(c)
 }
 
 // accessToken reads the token from file when one is named, else from

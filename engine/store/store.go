@@ -21,6 +21,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/netpolicy"
 )
 
 // Sandbox states as recorded. Killed sandboxes stay in the store, with the
@@ -49,6 +50,11 @@ type Sandbox struct {
 	Pid         int               `json:"pid"`
 	StartedAt   time.Time         `json:"startedAt"`
 	EndAt       time.Time         `json:"endAt"`
+	// Network is the egress policy as the create or the last update said
+	// it, and AllowInternetAccess E2B's older switch beside it; what is
+	// enforced is netpolicy.WithInternet of both.
+	Network             *netpolicy.Policy `json:"network,omitempty"`
+	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
 	// KilledAt and KillReason are set once the sandbox is gone.
 	KilledAt   time.Time `json:"killedAt,omitzero"`
 	KillReason string    `json:"killReason,omitempty"`

@@ -151,17 +151,19 @@ func unreachable(err error) bool {
 // sandboxJSON is how the CLI prints a sandbox with --json: the E2B API's
 // field names, without the access token.
 type sandboxJSON struct {
-	SandboxID   string            `json:"sandboxID"`
-	TemplateID  string            `json:"templateID"`
-	Alias       string            `json:"alias,omitempty"`
-	State       string            `json:"state"`
-	Metadata    map[string]string `json:"metadata"`
-	StartedAt   time.Time         `json:"startedAt"`
-	EndAt       time.Time         `json:"endAt"`
-	CPUCount    int               `json:"cpuCount"`
-	MemoryMB    int               `json:"memoryMB"`
-	DiskSizeMB  int               `json:"diskSizeMB"`
-	EnvdVersion string            `json:"envdVersion"`
+	SandboxID           string             `json:"sandboxID"`
+	TemplateID          string             `json:"templateID"`
+	Alias               string             `json:"alias,omitempty"`
+	State               string             `json:"state"`
+	Metadata            map[string]string  `json:"metadata"`
+	StartedAt           time.Time          `json:"startedAt"`
+	EndAt               time.Time          `json:"endAt"`
+	CPUCount            int                `json:"cpuCount"`
+	MemoryMB            int                `json:"memoryMB"`
+	DiskSizeMB          int                `json:"diskSizeMB"`
+	EnvdVersion         string             `json:"envdVersion"`
+	Network             *sdk.NetworkPolicy `json:"network,omitempty"`
+	AllowInternetAccess *bool              `json:"allowInternetAccess,omitempty"`
 }
 
 func toJSON(info *sdk.SandboxInfo) sandboxJSON {
@@ -173,6 +175,7 @@ func toJSON(info *sdk.SandboxInfo) sandboxJSON {
 		SandboxID: info.SandboxID, TemplateID: info.TemplateID, Alias: info.Alias, State: info.State, Metadata: md,
 		StartedAt: info.StartedAt, EndAt: info.EndAt, CPUCount: info.CPUCount, MemoryMB: info.MemoryMB,
 		DiskSizeMB: info.DiskSizeMB, EnvdVersion: info.EnvdVersion,
+		Network: info.Network, AllowInternetAccess: info.AllowInternetAccess,
 	}
 }
 

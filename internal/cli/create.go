@@ -20,6 +20,7 @@ type createOptions struct {
 	memoryMB int
 	timeout  time.Duration
 	json     bool
+	egress   egressFlags
 }
 
 func newCreateCmd(g *globals) *cobra.Command {
@@ -46,6 +47,7 @@ unless --timeout says otherwise; ` + "`tupper timeout`" + ` changes it later).`,
 	f.IntVar(&o.memoryMB, "memory", 0, "memory limit in MB (default 1024)")
 	f.DurationVar(&o.timeout, "timeout", 0, "time to live, for example 30m (default: the daemon's, 5m)")
 	f.BoolVar(&o.json, "json", false, "print the sandbox's description as JSON instead of its id")
+	o.egress.register(cmd)
 	addAPIFlags(cmd, &o.api)
 	return cmd
 }
@@ -65,14 +67,20 @@ func runCreate(ctx context.Context, g *globals, o *createOptions) error {
 	if err != nil {
 		return err
 	}
+	opts := sdk.CreateOptions{
+		Template: o.template, Image: o.image, Envs: env, Metadata: md,
+		CPUs: o.cpus, MemoryMB: o.memoryMB, Timeout: o.timeout,
+	}
+	if o.egress.set() {
+		if opts.Network, opts.AllowInternetAccess, err = o.egress.policy(); err != nil {
+			return err
+		}
+	}
 	r, err := o.api.dial()
 	if err != nil {
 		return err
 	}
-	sb, err := r.Create(ctx, sdk.CreateOptions{
-		Template: o.template, Image: o.image, Envs: env, Metadata: md,
-		CPUs: o.cpus, MemoryMB: o.memoryMB, Timeout: o.timeout,
-	})
+	sb, err := r.Create(ctx, opts)
 	if err != nil {
 		return r.control(err, "")
 	}

@@ -32,6 +32,7 @@ type serveOptions struct {
 	// killOnExit kills every sandbox when the daemon stops; by default
 	// they keep running and the next start re-attaches to them.
 	killOnExit bool
+	net        networkFlags
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -60,6 +61,7 @@ The first start creates an API key and prints it once.`,
 	f.BoolVar(&o.killOnExit, "kill-on-exit", false, "kill every sandbox when the daemon stops (default: leave them running; the next start re-attaches)")
 	f.StringVar(&o.imageRoot, "image-root", "", "image store directory (default <root>/images)")
 	f.StringVar(&o.defaultTemplate, "default-template", "", `template of creates that name none (default "base")`)
+	o.net.register(f)
 	_ = f.MarkHidden("image-root")
 	_ = f.MarkHidden("default-template")
 	return cmd
@@ -112,9 +114,13 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 			"  export E2B_API_KEY=%s\n  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n\n", first, url, url)
 	}
 	log := g.loggerAt(slog.LevelInfo)
+	hostNet, defaultPolicy, err := o.net.config()
+	if err != nil {
+		return err
+	}
 	rt, err := local.Open(ctx, local.Config{
-		Root: root, ImageRoot: o.imageRoot, Backend: g.backend, Logger: log,
-		Engine: engine.Config{DefaultTemplate: o.defaultTemplate},
+		Root: root, ImageRoot: o.imageRoot, Backend: g.backend, Logger: log, Network: hostNet,
+		Engine: engine.Config{DefaultTemplate: o.defaultTemplate, DefaultNetwork: defaultPolicy},
 	})
 	if err != nil {
 		return err

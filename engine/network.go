@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/netpolicy"
+)
+
+// UpdateNetwork replaces sandbox id's egress policy with policy and
+// internet (see CreateOptions.Network), in force and in its record; open
+// connections that the new policy denies are cut. It fails with
+// errdefs.ErrNotSupported when the backend cannot change a running
+// sandbox's policy.
+func (e *Engine) UpdateNetwork(ctx context.Context, id string, policy *netpolicy.Policy, internet *bool) (*Sandbox, error) {
+	policy = policy.Clone()
+	if err := policy.Normalize(); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	if _, err := e.Get(ctx, id); err != nil {
+		return nil, err
+	}
+	up, ok := e.cfg.Backend.(backend.NetworkUpdater)
+	if !ok {
+		return nil, fmt.Errorf("sandbox %q: the %s backend cannot change a running sandbox's network: %w", id, e.cfg.BackendName, errdefs.ErrNotSupported)
+	}
+	if err := up.UpdateNetwork(ctx, id, netpolicy.WithInternet(policy, internet)); err != nil {
+		return nil, fmt.Errorf("sandbox %q: update network: %w", id, err)
+	}
+	// The record is read and written under mu, as SetTimeout does, so
+	// that neither undoes the other.
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	sb, err := e.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	sb.Network, sb.AllowInternetAccess = policy, internet
+	if err := e.store.Put(ctx, sb); err != nil {
+		return nil, err
+	}
+	e.log.Info("network policy updated", "sandbox", id, "allowOut", policy.AllowOutOrNil(), "denyOut", policy.DenyOutOrNil(),
+		"rules", string(policy.MarshalRulesRedacted()), "allowInternetAccess", internet)
+	return sb, nil
+}
+
+// NetworkDenials returns the recent connections and lookups of sandbox id
+// that its policy refused, oldest first. A backend that keeps no record
+// reports none.
+func (e *Engine) NetworkDenials(ctx context.Context, id string) ([]netpolicy.Denial, error) {
+	if _, err := e.Get(ctx, id); err != nil {
+		return nil, err
+	}
+	obs, ok := e.cfg.Backend.(backend.NetworkObserver)
+	if !ok {
+		return nil, nil
+	}
+	return obs.NetworkDenials(ctx, id)
+}
