@@ -307,6 +307,6 @@ func info(sb *engine.Sandbox) *sdk.SandboxInfo {
 		SandboxID: sb.ID, TemplateID: sb.TemplateID, Metadata: sb.Metadata, State: sb.State,
 		StartedAt: sb.StartedAt, EndAt: sb.EndAt, CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.MemoryMB,
 		EnvdVersion: proto.EnvdVersion, EnvdAccessToken: sb.AccessToken,
-		Network: sb.Network.Clone(), AllowInternetAccess: sb.AllowInternetAccess,
+		Network: sb.Network.Redact(), AllowInternetAccess: sb.AllowInternetAccess,
 	}
 }

@@ -317,3 +317,27 @@ func (p *Policy) DenyOutOrNil() []string {
 	}
 	return p.DenyOut
 }
+
+// Redacted is the value that stands for a rule's header value wherever a
+// policy is shown rather than enforced.
+const Redacted = "[redacted]"
+
+// Redact returns a copy of p whose rules' header values are replaced by
+// Redacted: the names stay, so that a caller sees which headers are set,
+// but the secrets are never shown again once given.
+func (p *Policy) Redact() *Policy {
+	c := p.Clone()
+	if c == nil {
+		return nil
+	}
+	for _, rs := range c.Rules {
+		for _, r := range rs {
+			if r.Transform != nil {
+				for k := range r.Transform.Headers {
+					r.Transform.Headers[k] = Redacted
+				}
+			}
+		}
+	}
+	return c
+}

@@ -153,7 +153,9 @@ func nflogConfigure(ctx context.Context, f *os.File, group uint16) error {
 			switch {
 			case errors.Is(err, unix.EBUSY):
 				err = fmt.Errorf("%w: group %d has another listener: %w", err, group, errdefs.ErrAlreadyExists)
-			case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.EPROTONOSUPPORT):
+			case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.EPROTONOSUPPORT),
+				// nfnetlink answers EINVAL for a subsystem it does not have.
+				i == 0 && errors.Is(err, unix.EINVAL):
 				err = fmt.Errorf("%w: the kernel has no NFLOG (nfnetlink_log): %w", err, errdefs.ErrNotSupported)
 			}
 			return fmt.Errorf("denial log: %s group %d: %w", s.what, group, err)

@@ -224,7 +224,7 @@ func (d *dnsServer) answer(r *dns.Msg, src netip.Addr) *dns.Msg {
 	m.Ns = up.Ns
 	m.Extra = dnsStripAAAA(dnsWithoutOPT(up.Extra))
 	if filter {
-		var dropped []netip.Addr
+		dropped := 0
 		var rule string
 		keep := func(rr dns.RR) bool {
 			a, ok := rr.(*dns.A)
@@ -233,7 +233,7 @@ func (d *dnsServer) answer(r *dns.Msg, src netip.Addr) *dns.Msg {
 			}
 			ip, _ := netip.AddrFromSlice(a.A)
 			if iv := pol.IPVerdict(ip.Unmap()); !iv.Allowed {
-				dropped = append(dropped, ip)
+				dropped++
 				if rule == "" {
 					rule = iv.Rule
 				}
@@ -243,7 +243,7 @@ func (d *dnsServer) answer(r *dns.Msg, src netip.Addr) *dns.Msg {
 		}
 		answer := dnsFilterRRs(m.Answer, keep)
 		m.Extra = dnsFilterRRs(m.Extra, keep)
-		if len(dropped) > 0 && !dnsHasA(answer) {
+		if dropped > 0 && !dnsHasA(answer) {
 			sb.deny(netpolicy.Denial{Kind: "dns", Destination: dnsTrimDot(name), Rule: rule})
 			return dnsReply(r, dns.RcodeRefused)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/netpolicy"
 )
 
@@ -676,8 +677,8 @@ func TestEgressFirewall(t *testing.T) {
 				<-got
 			}
 		}
-		if _, err := listenDenials(ctx, group, func(string, int, string, netip.AddrPort) {}); err == nil {
-			t.Error("a second listener took the same group")
+		if _, err := listenDenials(ctx, group, func(string, int, string, netip.AddrPort) {}); !errors.Is(err, errdefs.ErrAlreadyExists) {
+			t.Errorf("a second listener of the group: %v, want ErrAlreadyExists", err)
 		}
 		stop()
 		stop()

@@ -396,6 +396,9 @@ func (p *egressProxy) transformHandler(sb *sandboxNet, dst netip.AddrPort, sni s
 			http.Error(w, "misdirected request: this connection serves "+sni+" only", http.StatusMisdirectedRequest)
 			return
 		}
+		// Stream both ways at once: by default the server would read the
+		// whole request body before the response could start.
+		http.NewResponseController(w).EnableFullDuplex()
 		rp.ServeHTTP(w, r)
 	})
 }

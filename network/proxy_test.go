@@ -376,6 +376,7 @@ func TestProxyStreamsTerminated(t *testing.T) {
 	// sends the rest only once it has read the answer: any buffering of
 	// either body would deadlock.
 	up := newUpstreamTLS(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).EnableFullDuplex()
 		br := bufio.NewReader(r.Body)
 		line, _ := br.ReadString('\n')
 		fmt.Fprintf(w, "got %s", line)

@@ -15,5 +15,6 @@ args=("$@")
 # hermetic); a pyenv rehash lock left by a killed login shell makes every
 # `bash -l` wait 60 s, so a stale one goes first.
 find "${PYENV_ROOT:-$HOME/.pyenv}/shims" -maxdepth 1 -name .pyenv-shim -mmin +1 -delete 2>/dev/null || true
+export PYENV_REHASH_TIMEOUT=1
 go vet ./...
 exec go test -timeout 25m -count=1 "${args[@]}"

@@ -346,6 +346,18 @@ func TestNetworkPolicy(t *testing.T) {
 	if status != http.StatusBadRequest || !strings.Contains(string(body), "denyOut[0]") {
 		t.Errorf("a domain in denyOut: %d %s", status, body)
 	}
+	// Header values of rules are secrets: enforced, never shown again.
+	status, _, body = e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", `{"rules":{"api.x.io":[{"transform":{"headers":{"Authorization":"Bearer sk-TOPSECRET"}}}]}}`)
+	if status != http.StatusNoContent {
+		t.Fatalf("update with rules: %d %s", status, body)
+	}
+	if got := e.backend.network(sb.SandboxID); got.Rules["api.x.io"][0].Transform.Headers["Authorization"] != "Bearer sk-TOPSECRET" {
+		t.Errorf("the backend did not get the rule's header: %+v", got.Rules)
+	}
+	_, _, raw := e.do("GET", "/sandboxes/"+sb.SandboxID, "")
+	if strings.Contains(string(raw), "TOPSECRET") || !strings.Contains(string(raw), `"Authorization":"[redacted]"`) {
+		t.Errorf("details show the secret or not the header: %s", raw)
+	}
 	status, _, body = e.do("GET", "/sandboxes/"+sb.SandboxID+"/network/denials", "")
 	if status != http.StatusOK || !strings.Contains(string(body), `"destination":"blocked.test"`) {
 		t.Errorf("denials: %d %s", status, body)

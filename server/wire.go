@@ -125,7 +125,7 @@ func (s *Server) detailJSON(sb *engine.Sandbox) sandboxDetailJSON {
 	return sandboxDetailJSON{
 		listedSandboxJSON: listedJSON(sb),
 		Domain:            s.cfg.Domain, EnvdAccessToken: sb.AccessToken,
-		AllowInternetAccess: sb.AllowInternetAccess, Network: sb.Network,
+		AllowInternetAccess: sb.AllowInternetAccess, Network: sb.Network.Redact(),
 		Lifecycle: lifecycleJSON{OnTimeout: "kill"},
 	}
 }
