@@ -128,20 +128,18 @@ func (c *Compiled) Decide(a netip.Addr, host string) Verdict {
 
 // NameVerdict decides whether the sandbox's resolver answers a lookup of
 // name. A name that a domain entry allows is answered. Otherwise, when
-// the policy denies all IPv4 traffic, the lookup is refused unless
-// AllowOut also lists addresses (then the answer is filtered by
-// IPVerdict: filter reports that). Otherwise the name is answered.
-func (c *Compiled) NameVerdict(name string) (v Verdict, filter bool) {
+// the policy denies all IPv4 traffic, the lookup is refused, even when
+// AllowOut lists addresses: a resolver that forwarded any name would be a
+// channel out of the sandbox (a DNS tunnel through the operator's
+// resolver). Otherwise the name is answered.
+func (c *Compiled) NameVerdict(name string) Verdict {
 	if v, ok := c.DomainVerdict(name); ok {
-		return v, false
+		return v
 	}
 	if p, denied := c.deniesAll(); denied {
-		if len(c.allowNets) > 0 {
-			return Verdict{Allowed: true, Rule: "answers filtered by allowOut"}, true
-		}
-		return Verdict{Allowed: false, Rule: `denyOut "` + p.String() + `" and no allowOut domain matches`}, false
+		return Verdict{Allowed: false, Rule: `denyOut "` + p.String() + `" and no allowOut domain matches`}
 	}
-	return Verdict{Allowed: true, Rule: "default"}, false
+	return Verdict{Allowed: true, Rule: "default"}
 }
 
 // deniesAll reports whether a denyOut entry covers every IPv4 address.

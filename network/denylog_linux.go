@@ -151,8 +151,12 @@ func nflogConfigure(ctx context.Context, f *os.File, group uint16) error {
 	for i, s := range steps {
 		if err := nflogRequest(ctx, f, uint32(i+1), group, s.attr); err != nil {
 			switch {
-			case errors.Is(err, unix.EBUSY):
+			case errors.Is(err, unix.EBUSY), errors.Is(err, unix.EPERM) && hasNetAdmin():
+				// The kernel answers EPERM, not EBUSY, to a bind of a
+				// group that another socket holds.
 				err = fmt.Errorf("%w: group %d has another listener: %w", err, group, errdefs.ErrAlreadyExists)
+			case errors.Is(err, unix.EPERM):
+				err = fmt.Errorf("%w: NFLOG needs CAP_NET_ADMIN: %w", err, errdefs.ErrPermissionDenied)
 			case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.EPROTONOSUPPORT),
 				// nfnetlink answers EINVAL for a subsystem it does not have.
 				i == 0 && errors.Is(err, unix.EINVAL):
@@ -162,6 +166,17 @@ func nflogConfigure(ctx context.Context, f *os.File, group uint16) error {
 		}
 	}
 	return nil
+}
+
+// hasNetAdmin reports whether the process may administer the network,
+// which binding an NFLOG group needs.
+func hasNetAdmin() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	return data[unix.CAP_NET_ADMIN/32].Effective&(1<<(unix.CAP_NET_ADMIN%32)) != 0
 }
 
 // nflogRequest sends one NFULNL_MSG_CONFIG request for group with attr

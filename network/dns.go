@@ -209,7 +209,7 @@ func (d *dnsServer) answer(r *dns.Msg, src netip.Addr) *dns.Msg {
 	q := r.Question[0]
 	name := dns.CanonicalName(q.Name)
 	pol := sb.Policy()
-	v, filter := pol.NameVerdict(name)
+	v := pol.NameVerdict(name)
 	if !v.Allowed {
 		sb.deny(netpolicy.Denial{Kind: "dns", Destination: dnsTrimDot(name), Rule: v.Rule})
 		return dnsReply(r, dns.RcodeRefused)
@@ -223,31 +223,10 @@ func (d *dnsServer) answer(r *dns.Msg, src netip.Addr) *dns.Msg {
 	m.Answer = dnsStripAAAA(up.Answer)
 	m.Ns = up.Ns
 	m.Extra = dnsStripAAAA(dnsWithoutOPT(up.Extra))
-	if filter {
-		dropped := 0
-		var rule string
-		keep := func(rr dns.RR) bool {
-			a, ok := rr.(*dns.A)
-			if !ok {
-				return true
-			}
-			ip, _ := netip.AddrFromSlice(a.A)
-			if iv := pol.IPVerdict(ip.Unmap()); !iv.Allowed {
-				dropped++
-				if rule == "" {
-					rule = iv.Rule
-				}
-				return false
-			}
-			return true
-		}
-		answer := dnsFilterRRs(m.Answer, keep)
-		m.Extra = dnsFilterRRs(m.Extra, keep)
-		if dropped > 0 && !dnsHasA(answer) {
-			sb.deny(netpolicy.Denial{Kind: "dns", Destination: dnsTrimDot(name), Rule: rule})
-			return dnsReply(r, dns.RcodeRefused)
-		}
-		m.Answer = answer
+	if _, ok := pol.DomainVerdict(name); ok {
+		// The egress proxy admits a connection by its Host or SNI only
+		// at an address the name resolves to: remember this answer's.
+		sb.bind(name, dnsAddrs(m.Answer))
 	}
 	return m
 }
@@ -313,13 +292,31 @@ func dnsFilterRRs(rrs []dns.RR, keep func(dns.RR) bool) []dns.RR {
 	return out
 }
 
-func dnsHasA(rrs []dns.RR) bool {
+// dnsAddrs returns the addresses of the A records in rrs.
+func dnsAddrs(rrs []dns.RR) []netip.Addr {
+	var out []netip.Addr
 	for _, rr := range rrs {
-		if rr.Header().Rrtype == dns.TypeA {
-			return true
+		if a, ok := rr.(*dns.A); ok {
+			if ip, ok := netip.AddrFromSlice(a.A); ok {
+				out = append(out, ip.Unmap())
+			}
 		}
 	}
-	return false
+	return out
+}
+
+// lookupA resolves name through the upstreams and returns its IPv4
+// addresses: what the egress proxy asks when a connection names a host
+// that the sandbox never looked up here.
+func (d *dnsServer) lookupA(name string) []netip.Addr {
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	q.RecursionDesired = true
+	up := d.forward(q)
+	if up == nil || up.Rcode != dns.RcodeSuccess {
+		return nil
+	}
+	return dnsAddrs(up.Answer)
 }
 
 func dnsTrimDot(name string) string {

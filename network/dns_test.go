@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -191,17 +192,15 @@ func TestDNSAnswers(t *testing.T) {
 			wantRcode: dns.RcodeSuccess, want: []string{"outside.test.\t60\tIN\tA\t198.51.100.7"},
 		},
 		{
-			name: "filter keeps allowed addresses", policy: filtered, qname: "mixed.test", qtype: dns.TypeA,
-			wantRcode: dns.RcodeSuccess, want: []string{"mixed.test.\t60\tIN\tA\t203.0.113.5"},
+			name: "deny all with allowed addresses refuses even their names", policy: filtered, qname: "mixed.test", qtype: dns.TypeA,
+			wantRcode: dns.RcodeRefused, noForward: true,
+			denial: &netpolicy.Denial{Kind: "dns", Destination: "mixed.test", Rule: `denyOut "0.0.0.0/0" and no allowOut domain matches`},
 		},
 		{
-			name: "filter refuses when none is left", policy: filtered, qname: "outside.test", qtype: dns.TypeA,
-			wantRcode: dns.RcodeRefused,
-			denial:    &netpolicy.Denial{Kind: "dns", Destination: "outside.test", Rule: `denyOut "0.0.0.0/0"`},
-		},
-		{
-			name: "filter passes records without addresses", policy: filtered, qname: "txt.test", qtype: dns.TypeTXT,
-			wantRcode: dns.RcodeSuccess, want: []string{"txt.test.\t60\tIN\tTXT\t\"hello\""},
+			// A resolver that forwarded any name would be a tunnel out.
+			name: "deny all with allowed addresses forwards no name", policy: filtered, qname: "txt.test", qtype: dns.TypeTXT,
+			wantRcode: dns.RcodeRefused, noForward: true,
+			denial: &netpolicy.Denial{Kind: "dns", Destination: "txt.test", Rule: `denyOut "0.0.0.0/0" and no allowOut domain matches`},
 		},
 		{
 			name: "upstream failure", policy: nil, qname: "fail.test", qtype: dns.TypeA,
@@ -334,5 +333,26 @@ func TestDNSConfigValidate(t *testing.T) {
 				t.Errorf("Validate() = %v, want error %v of class ErrInvalidArgument", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestDNSBindsAllowedNames checks that an answer for an allowed domain is
+// remembered, so that the egress proxy admits that name at those
+// addresses only.
+func TestDNSBindsAllowedNames(t *testing.T) {
+	_, up := startTestZone(t)
+	sb, lk := newTestSandbox(t, "127.0.0.1", domainsOnly("allowed.test"))
+	d := startTestDNS(t, lk, up)
+	if r := dnsQuery(t, d.Port(), "127.0.0.1", "udp", "allowed.test", dns.TypeA, 1232); r.Rcode != dns.RcodeSuccess {
+		t.Fatalf("rcode %s", dns.RcodeToString[r.Rcode])
+	}
+	if !sb.boundTo("Allowed.Test.", netip.MustParseAddr("192.0.2.1")) {
+		t.Error("the answer's address is not bound to the name")
+	}
+	if sb.boundTo("allowed.test", netip.MustParseAddr("192.0.2.2")) {
+		t.Error("an address the answer did not hold is bound to the name")
+	}
+	if got := d.lookupA("allowed.test"); len(got) != 1 || got[0] != netip.MustParseAddr("192.0.2.1") {
+		t.Errorf("lookupA = %v", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +14,20 @@ import (
 
 // maxDenials is how many recent denials each sandbox keeps.
 const maxDenials = 256
+
+// Bounds of what a sandbox may hold in the egress layer, so that one
+// sandbox cannot use up the daemon's memory or descriptors.
+const (
+	// maxBindings is how many names a sandbox's resolver remembers the
+	// addresses of.
+	maxBindings = 4096
+	// bindingLife is how long an answer is remembered: longer than any
+	// TTL, since programs cache lookups past them.
+	bindingLife = time.Hour
+	// maxProxiedConns is how many connections the egress proxy carries
+	// for one sandbox at once.
+	maxProxiedConns = 1024
+)
 
 // sandboxNet is what the egress layer knows of one sandbox: where it is,
 // its compiled policy, its recent denials and the proxied connections
@@ -29,6 +44,10 @@ type sandboxNet struct {
 	denials []netpolicy.Denial // ring, oldest first once full
 	next    int
 	conns   map[*proxiedConn]struct{}
+	active  int // proxied connections, tracked or not yet
+	// bindings maps each name the sandbox looked up (an allowOut domain)
+	// to the addresses it was answered, with when they expire.
+	bindings map[string]map[netip.Addr]time.Time
 }
 
 // proxiedConn is a connection the egress proxy carries for a sandbox.
@@ -44,6 +63,7 @@ func newSandboxNet(ep *Endpoint, pol *netpolicy.Compiled, log *slog.Logger) *san
 	return &sandboxNet{
 		id: ep.ID, hostIf: ep.HostIf, addr: ep.SandboxAddr.Addr(), gw: ep.HostAddr.Addr(),
 		log: log.With("sandbox", ep.ID), policy: pol, conns: map[*proxiedConn]struct{}{},
+		bindings: map[string]map[netip.Addr]time.Time{},
 	}
 }
 
@@ -54,6 +74,100 @@ func (s *sandboxNet) Policy() *netpolicy.Compiled {
 	return s.policy
 }
 
+// bind remembers that name resolved to addrs for this sandbox.
+func (s *sandboxNet) bind(name string, addrs []netip.Addr) {
+	if len(addrs) == 0 {
+		return
+	}
+	name = canonicalHost(name)
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.bindings[name]; !ok && len(s.bindings) >= maxBindings {
+		for n, as := range s.bindings {
+			for a, exp := range as {
+				if now.After(exp) {
+					delete(as, a)
+				}
+			}
+			if len(as) == 0 {
+				delete(s.bindings, n)
+			}
+		}
+		if len(s.bindings) >= maxBindings {
+			return
+		}
+	}
+	as := s.bindings[name]
+	if as == nil {
+		as = map[netip.Addr]time.Time{}
+		s.bindings[name] = as
+	}
+	for _, a := range addrs {
+		as[a.Unmap()] = now.Add(bindingLife)
+	}
+}
+
+// boundTo reports whether name resolved to a for this sandbox lately.
+func (s *sandboxNet) boundTo(name string, a netip.Addr) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.boundToLocked(canonicalHost(name), a)
+}
+
+func (s *sandboxNet) boundToLocked(name string, a netip.Addr) bool {
+	exp, ok := s.bindings[name][a.Unmap()]
+	return ok && time.Now().Before(exp)
+}
+
+// decide decides a connection to a (with host its HTTP Host or TLS SNI)
+// under pol. A domain entry admits the connection only at an address the
+// name resolves to: otherwise an allowed name would open any address on
+// ports 80 and 443 to a client that dials it by hand. resolve, when not
+// nil, looks the name up when the sandbox never did; its answer is
+// remembered.
+func (s *sandboxNet) decide(pol *netpolicy.Compiled, a netip.Addr, host string, resolve func(string) []netip.Addr) netpolicy.Verdict {
+	dv, named := pol.DomainVerdict(host)
+	if !named {
+		return pol.IPVerdict(a)
+	}
+	if s.boundTo(host, a) {
+		return dv
+	}
+	if resolve != nil {
+		addrs := resolve(canonicalHost(host))
+		s.bind(host, addrs)
+		if s.boundTo(host, a) {
+			return dv
+		}
+	}
+	if iv := pol.IPVerdict(a); iv.Allowed {
+		return iv
+	}
+	return netpolicy.Verdict{Rule: dv.Rule + " allows the name, but it does not resolve to " + a.String()}
+}
+
+func canonicalHost(h string) string { return strings.ToLower(strings.TrimSuffix(h, ".")) }
+
+// acquire counts one more proxied connection, and reports false when the
+// sandbox has maxProxiedConns already.
+func (s *sandboxNet) acquire() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active >= maxProxiedConns {
+		return false
+	}
+	s.active++
+	return true
+}
+
+// release undoes an acquire.
+func (s *sandboxNet) release() {
+	s.mu.Lock()
+	s.active--
+	s.mu.Unlock()
+}
+
 // setPolicy replaces the policy and cuts the proxied connections that it
 // no longer allows. It returns how many it cut.
 func (s *sandboxNet) setPolicy(pol *netpolicy.Compiled, forbidden func(netip.Addr) bool) int {
@@ -61,7 +175,11 @@ func (s *sandboxNet) setPolicy(pol *netpolicy.Compiled, forbidden func(netip.Add
 	s.policy = pol
 	var cut []*proxiedConn
 	for c := range s.conns {
-		if forbidden(c.dst.Addr()) || !pol.Decide(c.dst.Addr(), c.host).Allowed {
+		allowed := pol.IPVerdict(c.dst.Addr()).Allowed
+		if _, named := pol.DomainVerdict(c.host); named && s.boundToLocked(canonicalHost(c.host), c.dst.Addr()) {
+			allowed = true
+		}
+		if forbidden(c.dst.Addr()) || !allowed {
 			cut = append(cut, c)
 			delete(s.conns, c)
 		}

@@ -58,6 +58,10 @@ type proxyConfig struct {
 	OrigDst func(c net.Conn) (netip.AddrPort, error)
 	// Dial dials upstream; nil means a net.Dialer with a 10 s timeout.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Resolve returns the IPv4 addresses of a name, for a connection that
+	// names an allowed host the sandbox never looked up through its
+	// resolver; nil means such connections are decided by address only.
+	Resolve func(name string) []netip.Addr
 	// Logger receives the proxy's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -89,6 +93,7 @@ type egressProxy struct {
 	rootCAs *x509.CertPool
 	origDst func(net.Conn) (netip.AddrPort, error)
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+	resolve func(string) []netip.Addr
 	log     *slog.Logger
 	// ctx ends when the proxy closes; upstream dials and requests use it.
 	ctx    context.Context
@@ -111,7 +116,7 @@ func startProxy(cfg proxyConfig) (*egressProxy, error) {
 	}
 	p := &egressProxy{
 		ln: ln, lookup: cfg.Lookup, ca: cfg.CA, rootCAs: cfg.RootCAs,
-		origDst: cfg.OrigDst, dial: cfg.Dial, log: cfg.Logger,
+		origDst: cfg.OrigDst, dial: cfg.Dial, resolve: cfg.Resolve, log: cfg.Logger,
 		sets: map[*connSet]struct{}{},
 	}
 	if p.origDst == nil {
@@ -210,6 +215,13 @@ func (p *egressProxy) handle(c net.Conn, set *connSet) {
 		return
 	}
 	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	if !sb.acquire() {
+		sb.deny(netpolicy.Denial{Kind: "connect", Protocol: "tcp", Destination: dst.String(),
+			Rule: fmt.Sprintf("more than %d connections through the egress proxy at once", maxProxiedConns)})
+		set.close(true)
+		return
+	}
+	defer sb.release()
 	if p.lookup.forbidden(dst.Addr()) {
 		sb.deny(netpolicy.Denial{Kind: "connect", Protocol: "tcp", Destination: dst.String(), Rule: "always denied"})
 		set.close(true)
@@ -242,16 +254,21 @@ func (p *egressProxy) handle(c net.Conn, set *connSet) {
 	untrack := sb.track(&proxiedConn{dst: dst, host: host, close: func() { set.close(true) }})
 	defer untrack()
 	pol := sb.Policy()
-	if v := pol.Decide(dst.Addr(), host); !v.Allowed {
+	if v := sb.decide(pol, dst.Addr(), host, p.resolve); !v.Allowed {
 		sb.deny(netpolicy.Denial{Kind: kind, Protocol: "tcp", Destination: dst.String(), Host: host, Rule: v.Rule})
 		set.close(true)
 		return
 	}
-	if kind == "tls" && host != "" && len(pol.Transform(host)) > 0 {
+	switch {
+	case kind == "tls" && host != "" && len(pol.Transform(host)) > 0:
 		p.terminate(c, set, sb, dst, host, peeked)
-		return
+	case kind == "http":
+		// Every request on the connection is decided, not only the
+		// first: keep-alive must not carry a request for another host.
+		p.serveHTTP(c, set, sb, dst, peeked)
+	default:
+		p.splice(c, set, sb, dst, peeked)
 	}
-	p.splice(c, set, sb, dst, peeked)
 }
 
 // splice dials dst, replays what was peeked and copies both ways until
@@ -342,6 +359,72 @@ func (p *egressProxy) terminate(c net.Conn, set *connSet, sb *sandboxNet, dst ne
 	ln := newOneConnListener(tc, p.ln.Addr())
 	srv := &http.Server{
 		Handler:           p.transformHandler(sb, dst, sni, tr),
+		ErrorLog:          log.New(io.Discard, "", 0),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       proxyIdleTimeout,
+	}
+	go srv.Serve(ln)
+	<-ln.done
+	srv.Close()
+}
+
+// serveHTTP serves a plain HTTP connection to dst request by request,
+// deciding each one's Host: a request for a host the policy does not
+// allow at dst is answered 403 and ends the connection.
+func (p *egressProxy) serveHTTP(c net.Conn, set *connSet, sb *sandboxNet, dst netip.AddrPort, peeked []byte) {
+	ctx, cancelConn := context.WithCancel(p.ctx)
+	defer cancelConn()
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			up, err := p.dial(ctx, "tcp", dst.String())
+			if err != nil {
+				return nil, err
+			}
+			if !set.add(up) {
+				return nil, net.ErrClosed
+			}
+			return up, nil
+		},
+		DisableCompression: true,
+		IdleConnTimeout:    proxyIdleTimeout,
+		// One upstream connection per sandbox connection, as if spliced.
+		MaxConnsPerHost: 1,
+	}
+	defer tr.CloseIdleConnections()
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+				if v, ok := pr.In.Header[h]; ok {
+					pr.Out.Header[h] = v
+				}
+			}
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = dst.String()
+			pr.Out.Host = pr.In.Host
+		},
+		Transport:     tr,
+		FlushInterval: -1,
+		ErrorLog:      log.New(io.Discard, "", 0),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			sb.log.Info("egress proxy: upstream request failed", "op", "egress-proxy", "destination", dst.String(), "err", err)
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := hostOnly(r.Host)
+		if v := sb.decide(sb.Policy(), dst.Addr(), host, p.resolve); !v.Allowed {
+			sb.deny(netpolicy.Denial{Kind: "http", Protocol: "tcp", Destination: dst.String(), Host: host, Rule: v.Rule})
+			w.Header().Set("Connection", "close")
+			http.Error(w, "tupper: the sandbox's network policy does not allow "+host, http.StatusForbidden)
+			return
+		}
+		http.NewResponseController(w).EnableFullDuplex()
+		rp.ServeHTTP(w, r)
+	})
+	ln := newOneConnListener(&replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(peeked), c)}, p.ln.Addr())
+	srv := &http.Server{
+		Handler:           h,
 		ErrorLog:          log.New(io.Discard, "", 0),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ReadHeaderTimeout: 30 * time.Second,

@@ -15,6 +15,8 @@ import (
 	"net/http/httptrace"
 	"net/netip"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -107,6 +109,14 @@ func newProxyEnv(t *testing.T, lk egressLookup, dst string, upstreams map[string
 			}
 			var dl net.Dialer
 			return dl.DialContext(ctx, network, real)
+		},
+		// Every name resolves to the destination, but those starting
+		// with "elsewhere", which resolve to another address.
+		Resolve: func(name string) []netip.Addr {
+			if strings.HasPrefix(name, "elsewhere") {
+				return []netip.Addr{netip.MustParseAddr("127.0.0.99")}
+			}
+			return []netip.Addr{d.Addr()}
 		},
 		Logger: slog.New(slog.DiscardHandler),
 	})
@@ -262,6 +272,20 @@ func TestProxyDecides(t *testing.T) {
 			name: "denyOut address without a domain match", policy: &netpolicy.Policy{AllowOut: []string{"api.test"}, DenyOut: []string{"127.0.0.20"}},
 			dst: "127.0.0.20:443", url: "https://other.test/",
 			denial: &netpolicy.Denial{Kind: "tls", Protocol: "tcp", Destination: "127.0.0.20:443", Host: "other.test", Rule: `denyOut "127.0.0.20/32"`},
+		},
+		{
+			// An allowed name opens only the addresses it resolves to,
+			// not any address a client dials by hand with that name.
+			name: "allowed name at an address it does not resolve to", policy: domainsOnly("elsewhere.test"),
+			dst: "127.0.0.10:443", url: "https://elsewhere.test/",
+			denial: &netpolicy.Denial{Kind: "tls", Protocol: "tcp", Destination: "127.0.0.10:443", Host: "elsewhere.test",
+				Rule: `allowOut "elsewhere.test" allows the name, but it does not resolve to 127.0.0.10`},
+		},
+		{
+			name: "allowed name by Host at an address it does not resolve to", policy: domainsOnly("elsewhere.test"),
+			dst: "127.0.0.10:80", url: "http://elsewhere.test/",
+			denial: &netpolicy.Denial{Kind: "http", Protocol: "tcp", Destination: "127.0.0.10:80", Host: "elsewhere.test",
+				Rule: `allowOut "elsewhere.test" allows the name, but it does not resolve to 127.0.0.10`},
 		},
 		{
 			name: "always denied whatever the policy", policy: nil,
@@ -441,52 +465,64 @@ func TestProxyRefusesMisdirectedRequest(t *testing.T) {
 }
 
 func TestProxyPolicyUpdateCutsConnection(t *testing.T) {
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer echo.Close()
-	go func() {
+	// An upstream that streams a line every 20 ms until the client goes.
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
 		for {
-			c, err := echo.Accept()
-			if err != nil {
+			if _, err := io.WriteString(w, "tick\n"); err != nil {
 				return
 			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
+			rc.Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
-	}()
+	}))
+	t.Cleanup(up.Close)
 	sb, lk := newTestSandbox(t, "127.0.0.1", domainsOnly("api.test"))
-	env := newProxyEnv(t, lk, "127.0.0.10:80", map[string]string{"127.0.0.10:80": echo.Addr().String()})
+	env := newProxyEnv(t, lk, "127.0.0.10:80", map[string]string{"127.0.0.10:80": up.Listener.Addr().String()})
 
 	c, err := net.Dial("tcp", env.addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	head := "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n"
-	c.Write([]byte(head))
+	io.WriteString(c, "GET /stream HTTP/1.1\r\nHost: api.test\r\n\r\n")
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	got := make([]byte, len(head))
-	if _, err := io.ReadFull(c, got); err != nil || string(got) != head {
-		t.Fatalf("echo: %q, %v", got, err)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := func() error {
+		b := make([]byte, 5)
+		_, err := io.ReadFull(resp.Body, b)
+		return err
+	}
+	if err := line(); err != nil {
+		t.Fatalf("first line: %v", err)
 	}
 
 	// An update that still allows it keeps it.
 	if n := sb.setPolicy(compilePolicy(t, domainsOnly("api.test", "more.test")), lk.forbidden); n != 0 {
 		t.Fatalf("an update that still allows the connection cut %d", n)
 	}
-	c.Write([]byte("ping"))
-	if _, err := io.ReadFull(c, got[:4]); err != nil || string(got[:4]) != "ping" {
-		t.Fatalf("echo after a harmless update: %q, %v", got[:4], err)
+	if err := line(); err != nil {
+		t.Fatalf("a line after a harmless update: %v", err)
 	}
 
 	if n := sb.setPolicy(compilePolicy(t, domainsOnly("other.test")), lk.forbidden); n != 1 {
 		t.Fatalf("setPolicy cut %d connections, want 1", n)
 	}
 	start := time.Now()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Read(got); !isReset(err) {
-		t.Errorf("read after the cut: %v, want a reset", err)
+	var rerr error
+	for rerr == nil && time.Since(start) < 3*time.Second {
+		rerr = line()
+	}
+	if rerr == nil {
+		t.Fatal("the stream went on after the cut")
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("the cut took %v", d)
@@ -514,5 +550,68 @@ func TestProxyCloseCutsConnections(t *testing.T) {
 	}
 	if _, err := io.ReadAll(resp.Body); err == nil {
 		t.Error("the response ended cleanly after Close, want it cut")
+	}
+}
+
+// TestProxyDecidesEveryHTTPRequest sends two requests down one kept-alive
+// connection: the second, for a host the policy refuses, must not pass on
+// the strength of the first.
+func TestProxyDecidesEveryHTTPRequest(t *testing.T) {
+	var hosts []string
+	var mu sync.Mutex
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hosts = append(hosts, r.Host)
+		mu.Unlock()
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	sb, lk := newTestSandbox(t, "127.0.0.1", domainsOnly("api.test"))
+	env := newProxyEnv(t, lk, "127.0.0.10:80", map[string]string{"127.0.0.10:80": up.Listener.Addr().String()})
+	c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(env.proxy.Port()))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Both requests in one write, as a smuggling client would send them.
+	io.WriteString(c, "GET /first HTTP/1.1\r\nHost: api.test\r\n\r\nGET /second HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	first, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, first.Body)
+	second, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, second.Body)
+	if first.StatusCode != http.StatusOK || second.StatusCode != http.StatusForbidden {
+		t.Errorf("statuses %d, %d; want 200, 403", first.StatusCode, second.StatusCode)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(hosts, []string{"api.test"}) {
+		t.Errorf("the upstream saw hosts %q, want only api.test", hosts)
+	}
+	checkDenials(t, sb, []netpolicy.Denial{{Kind: "http", Protocol: "tcp", Destination: "127.0.0.10:80", Host: "evil.test", Rule: `denyOut "0.0.0.0/0"`}})
+}
+
+// TestProxyConnectionCap checks that one sandbox cannot hold more than
+// maxProxiedConns connections of the proxy at once.
+func TestProxyConnectionCap(t *testing.T) {
+	sb, _ := newTestSandbox(t, "127.0.0.1", nil)
+	for range maxProxiedConns {
+		if !sb.acquire() {
+			t.Fatal("a connection under the cap was refused")
+		}
+	}
+	if sb.acquire() {
+		t.Fatal("a connection over the cap was admitted")
+	}
+	sb.release()
+	if !sb.acquire() {
+		t.Fatal("a released slot was not given again")
 	}
 }

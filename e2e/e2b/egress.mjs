@@ -138,6 +138,10 @@ await step('a domain allowlist admits its domain on 80 and 443 and refuses anoth
   assert.equal(dns.code, 6, dns.out)
   await refused(s, 'http://other.test/', `--resolve other.test:80:${A}`)
   await refused(s, 'https://other.test/', `--resolve other.test:443:${A}`)
+  // An allowed name opens only the addresses it resolves to, not any
+  // address a client dials by hand with that name.
+  await refused(s, 'http://api.allowed.test/', `--resolve api.allowed.test:80:${B}`)
+  await refused(s, 'https://api.allowed.test/', `--resolve api.allowed.test:443:${B}`)
   // Other ports follow the IP rules: denied.
   await notConnected(s, A, 7000)
 })
