@@ -134,6 +134,61 @@ func TestEgress(t *testing.T) {
 			t.Errorf("%s was reached after tupper network --deny-out", url)
 		}
 	})
+
+
+	// A daemon killed and started again enforces the policies of the
+	// sandboxes it re-attaches to, with its new resolver and proxy.
+	t.Run("restart", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		client := func() *sdk.Client {
+			tr, err := sdk.NewHTTPTransport(sdk.HTTPConfig{APIURL: d.URL, APIKey: d.Key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return &sdk.Client{Transport: tr}
+		}
+		sb, err := client().Create(ctx, sdk.CreateOptions{Network: &sdk.NetworkPolicy{
+			AllowOut: []string{"api.allowed.test"}, DenyOut: []string{sdk.DenyAllTraffic},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := sb.ID()
+		check := func(when string) {
+			t.Helper()
+			sb, err := client().Connect(ctx, id)
+			if err != nil {
+				t.Fatalf("%s: connect: %v", when, err)
+			}
+			if res, err := sb.Commands.Run(ctx, "curl -sS --max-time 10 http://api.allowed.test/"); err != nil || !strings.Contains(res.Stdout, "hello from") {
+				t.Errorf("%s: the allowed name: %+v, %v", when, res, err)
+			}
+			if _, err := sb.Commands.Run(ctx, "curl -sS --max-time 10 http://"+fake.HostB.String()+"/"); err == nil {
+				t.Errorf("%s: a denied address was reached", when)
+			}
+			// IPv6 has no route in a sandbox: it fails at once.
+			res, err := sb.Commands.Run(ctx, `python3 -c 'import socket; socket.create_connection(("2001:db8::10", 80), timeout=5)'`)
+			if err == nil || !strings.Contains(errorText(err), "unreachable") {
+				t.Errorf("%s: IPv6 connect: %+v, %v", when, res, err)
+			}
+		}
+		check("before the restart")
+		d.crash(t)
+		d.start(t)
+		check("after the restart")
+		if err := client().Kill(ctx, id); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// errorText returns err's message, or "" for nil.
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 func randomHex(t *testing.T) string {

@@ -11,12 +11,13 @@
 //     eth0 inside the namespace;
 //   - a lease file, <Dir>/leases/<id>, recording the /30.
 //
-// The host reaches the sandbox at its address over the veth. The sandbox
-// reaches nothing: an nftables table of Tupper's own drops whatever comes in
-// from a sandbox's veth except replies to what the host opened, and forwards
-// nothing to or from one; the pool also sets up no NAT, turns IPv4
-// forwarding off on the host side of each veth, and IPv6 is off on both
-// sides. Egress rules are the job of a Policy (see Config.Policy).
+// The host reaches the sandbox at its address over the veth. Without a
+// Policy the sandbox reaches nothing: an nftables table of Tupper's own
+// drops whatever comes in from a sandbox's veth except replies to what
+// the host opened, and forwards nothing to or from one. An Egress policy
+// (egress_linux.go) opens the internet under each sandbox's rules: NAT,
+// a chain per sandbox, a DNS server and an egress proxy in this process.
+// IPv6 is off on both sides of the veth.
 //
 // A Pool is safe for concurrent use, and several processes may use pools of
 // the same subnet at once: addresses are picked under an flock on a lock file

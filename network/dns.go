@@ -84,22 +84,24 @@ func startDNS(cfg dnsConfig) (*dnsServer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	upstreams := cfg.Upstreams
-	if len(upstreams) == 0 {
-		rc, err := dns.ClientConfigFromFile(hostResolvConf)
-		if err != nil {
-			return nil, fmt.Errorf("dns: no upstreams given and reading the host's: %w", err)
-		}
-		for _, s := range rc.Servers {
-			upstreams = append(upstreams, net.JoinHostPort(s, "53"))
-		}
-		if len(upstreams) == 0 {
-			return nil, fmt.Errorf("dns: no upstreams given and %s names no nameserver: %w", hostResolvConf, errdefs.ErrFailedPrecondition)
-		}
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	upstreams := cfg.Upstreams
+	if len(upstreams) == 0 {
+		// A host without a resolver still gets a sandbox resolver: it
+		// refuses what the policy forbids and answers SERVFAIL at once
+		// for the rest, so that nothing in a sandbox waits on a lookup.
+		rc, err := dns.ClientConfigFromFile(hostResolvConf)
+		if err == nil {
+			for _, s := range rc.Servers {
+				upstreams = append(upstreams, net.JoinHostPort(s, "53"))
+			}
+		}
+		if len(upstreams) == 0 {
+			log.Warn("dns: no upstream resolver (none given, and none in the host's resolv.conf): sandbox lookups will fail; pass --dns-upstream", "op", "dns", "err", err)
+		}
 	}
 	d := &dnsServer{
 		lookup:    cfg.Lookup,

@@ -94,7 +94,7 @@ func NewEgress(cfg EgressConfig) (_ *Egress, retErr error) {
 	stop, err := listenDenials(context.Background(), cfg.LogGroup, e.kernelDenial)
 	if err != nil {
 		// Refused flows are still refused; only their log is missing.
-		e.log.Warn("egress: no log of refused connections (the kernel's NFLOG is missing)", "err", err)
+		e.log.Warn("egress: refused connections will not be logged", "group", cfg.LogGroup, "err", err)
 	} else {
 		e.stopDenials = stop
 	}

@@ -43,7 +43,12 @@ const (
 
 // Chain names of a sandbox: its forward filter, its denial chain, its
 // prerouting NAT chain.
-func fwdChain(hostIf string) string  { return "f_" + hostIf }
+func fwdChain(hostIf string) string { return "f_" + hostIf }
+
+// maxForwardedFlows is how many connections a sandbox may have through
+// the host's NAT at once; more are refused.
+const maxForwardedFlows = 8192
+
 func denyChain(hostIf string) string { return "d_" + hostIf }
 func natChain(hostIf string) string  { return "n_" + hostIf }
 
@@ -183,6 +188,9 @@ func sandboxRules(fw *sandboxFirewall) (script string, ruleNames []string, err e
 	// A spoofed source (gVisor allows raw sockets) would be masqueraded
 	// as the host's own traffic; rp_filter catches most, this the rest.
 	w("add rule %s %s ip saddr != %s drop", t, f, fw.SandboxAddr)
+	// One sandbox must not fill the host's connection tracking table,
+	// which every sandbox and the host itself share.
+	w("add rule %s %s ct state new ct count over %d goto %s", t, f, maxForwardedFlows, dn)
 	if all := d.all(); len(all) > 0 {
 		w("add rule %s %s ip daddr { %s } goto %s", t, f, formatRanges(all), dn)
 	}
