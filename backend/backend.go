@@ -26,6 +26,19 @@ const AgentPort = 49983
 // agent binary, read-only.
 const AgentMountDir = "/.tupper"
 
+// Variables through which a backend tells the agent about the sandbox's
+// network. The agent writes /etc/resolv.conf, /etc/hosts and the system
+// trust store from them, and removes them before it starts any process.
+const (
+	// EnvNameserver is the sandbox's resolver address.
+	EnvNameserver = "TUPPER_NAMESERVER"
+	// EnvSandboxAddr is the sandbox's own address, for /etc/hosts.
+	EnvSandboxAddr = "TUPPER_SANDBOX_ADDR"
+	// EnvTrustCA is a PEM certificate the sandbox must trust (the egress
+	// proxy's CA).
+	EnvTrustCA = "TUPPER_TRUST_CA"
+)
+
 // Backend boots and stops sandboxes. Implementations must be safe for
 // concurrent use. A sandbox's life is never tied to the ctx of a call: ctx
 // bounds only the call itself.

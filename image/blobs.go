@@ -13,6 +13,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/atomicfile"
 )
 
 // blobPath is where the blob with digest d lives. Only sha256 digests reach
@@ -156,7 +157,7 @@ func (s *Store) commitBlobFile(f *os.File, d v1.Hash) error {
 		err = os.Rename(f.Name(), s.blobPath(d))
 	}
 	if err == nil {
-		err = syncDir(s.path("blobs", "sha256"))
+		err = atomicfile.SyncDir(s.path("blobs", "sha256"))
 	}
 	if err != nil {
 		return fmt.Errorf("store blob %s: %w", d, err)

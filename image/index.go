@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/lightbearco/tupper/internal/atomicfile"
 )
 
 // indexVersion is the version of index.json this code writes and reads.
@@ -94,7 +95,7 @@ func (s *Store) updateIndex(ctx context.Context, fn func(*indexFile) error) erro
 	if err != nil {
 		return fmt.Errorf("encode image index: %w", err)
 	}
-	if err := writeFileAtomic(s.indexPath(), append(b, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(s.indexPath(), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write image index: %w", err)
 	}
 	return nil
@@ -175,45 +176,4 @@ func (idx *indexFile) lookup(q string) (*record, string) {
 		}
 	}
 	return found, ""
-}
-
-// writeFileAtomic writes data to a temporary file beside path, syncs it and
-// renames it over path, so readers see the old or the new content, whole.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-// syncDir makes a rename or a new entry in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/atomicfile"
 )
 
 // ensureUnpacked makes sure the root filesystem for chainID exists, unpacking
@@ -84,7 +85,7 @@ func (s *Store) ensureUnpacked(ctx context.Context, chainID v1.Hash, layers []la
 		return 0, fmt.Errorf("unpack: move root filesystem into place: %w", err)
 	}
 	done = true
-	if err := syncDir(filepath.Dir(dst)); err != nil {
+	if err := atomicfile.SyncDir(filepath.Dir(dst)); err != nil {
 		return 0, fmt.Errorf("unpack: %w", err)
 	}
 	s.log.Info("image unpacked", "op", "unpack", "chain", shortID(chainID.String()), "layers", len(layers),

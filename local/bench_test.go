@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/sdk"
@@ -25,7 +26,17 @@ import (
 const benchFileSize = 100 << 20
 
 func BenchmarkCreateToFirstCommand(b *testing.B) {
-	s := newStack(b, engine.Config{})
+	benchCreate(b, newStack(b, engine.Config{}))
+}
+
+// BenchmarkCreateToFirstCommandNoEgress is the same with egress off
+// (`tupper serve --egress off`): the difference is what the egress layer
+// (its firewall chains) costs a create.
+func BenchmarkCreateToFirstCommandNoEgress(b *testing.B) {
+	benchCreate(b, newStackNet(b, engine.Config{}, backend.NetworkConfig{NoEgress: true}))
+}
+
+func benchCreate(b *testing.B, s *stack) {
 	ctx := context.Background()
 	for b.Loop() {
 		sb, err := s.client.Create(ctx, sdk.CreateOptions{})

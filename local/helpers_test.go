@@ -12,6 +12,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/local"
@@ -28,13 +29,19 @@ type stack struct {
 
 func newStack(t testing.TB, ecfg engine.Config) *stack {
 	t.Helper()
+	return newStackNet(t, ecfg, backend.NetworkConfig{})
+}
+
+// newStackNet is newStack with the host's side of networking given.
+func newStackNet(t testing.TB, ecfg engine.Config, ncfg backend.NetworkConfig) *stack {
+	t.Helper()
 	testutil.RequiresRunsc(t)
 	storeRoot, name := testutil.TestImage(t)
 	if ecfg.DefaultTemplate == "" {
 		ecfg.DefaultTemplate = name
 	}
 	cfg := local.Config{
-		Root: shortTempDir(t), ImageRoot: storeRoot, AgentPath: testutil.AgentBinary(t), Engine: ecfg,
+		Root: shortTempDir(t), ImageRoot: storeRoot, AgentPath: testutil.AgentBinary(t), Engine: ecfg, Network: ncfg,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	s := &stack{cfg: cfg}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -52,8 +53,9 @@ type Config struct {
 
 // Runtime is an in-process Tupper. It implements sdk.Transport.
 type Runtime struct {
-	images *image.Store
-	engine *engine.Engine
+	images  *image.Store
+	engine  *engine.Engine
+	backend backend.Backend
 
 	mu sync.Mutex
 	// clients holds one HTTP client per sandbox. Sandbox addresses are
@@ -109,7 +111,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	ecfg.Root = filepath.Join(cfg.Root, "engine")
 	ecfg.Backend, ecfg.BackendName = be, cfg.Backend
 	ecfg.Images, ecfg.AgentPath, ecfg.Logger = images, cfg.AgentPath, cfg.Logger
-	r := &Runtime{images: images, clients: map[string]*sandboxClient{}}
+	r := &Runtime{images: images, backend: be, clients: map[string]*sandboxClient{}}
 	onKilled := ecfg.OnKilled
 	ecfg.OnKilled = func(id string) {
 		r.dropClient(id)
@@ -151,7 +153,15 @@ func (r *Runtime) Engine() *engine.Engine { return r.engine }
 
 // Close closes the runtime; running sandboxes keep running (see
 // engine.Engine.Close).
-func (r *Runtime) Close() error { return errors.Join(r.engine.Close(), r.images.Close()) }
+func (r *Runtime) Close() error {
+	err := errors.Join(r.engine.Close(), r.images.Close())
+	// A backend may hold services of its own (the gVisor backend's
+	// resolver and egress proxy); its sandboxes keep running.
+	if c, ok := r.backend.(io.Closer); ok {
+		err = errors.Join(err, c.Close())
+	}
+	return err
+}
 
 // CreateSandbox implements sdk.Transport.
 func (r *Runtime) CreateSandbox(ctx context.Context, req sdk.CreateRequest) (*sdk.SandboxInfo, error) {

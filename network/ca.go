@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lightbearco/tupper/internal/atomicfile"
 )
 
 const (
@@ -76,10 +78,10 @@ func loadOrCreateAuthority(dir string) (*authority, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress CA: %w", err)
 	}
-	if err := writeCAFile(keyPath, keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(keyPath, keyPEM, 0o600); err != nil {
 		return nil, fmt.Errorf("egress CA: %w", err)
 	}
-	if err := writeCAFile(certPath, a.certPEM, 0o644); err != nil {
+	if err := atomicfile.Write(certPath, a.certPEM, 0o644); err != nil {
 		return nil, fmt.Errorf("egress CA: %w", err)
 	}
 	return a, nil
@@ -218,30 +220,4 @@ func certSerial() *big.Int {
 		panic(err) // crypto/rand does not fail on supported platforms
 	}
 	return n.Add(n, big.NewInt(1))
-}
-
-// writeCAFile writes data to path through a temporary file in the same
-// directory, so that path holds the old content or the new, never a part.
-func writeCAFile(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

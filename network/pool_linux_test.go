@@ -77,27 +77,7 @@ func inNetNS(path string, f func() error) error {
 // connection with one line.
 func serveEcho(t *testing.T, path string, addr string) string {
 	t.Helper()
-	var ln net.Listener
-	err := inNetNS(path, func() error {
-		var err error
-		ln, err = net.Listen("tcp", net.JoinHostPort(addr, "0"))
-		return err
-	})
-	if err != nil {
-		t.Fatalf("listen in %s: %v", path, err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprintln(c, "hello")
-			c.Close()
-		}
-	}()
-	return ln.Addr().String()
+	return listenIn(t, path, addr, func(c net.Conn) { fmt.Fprintln(c, "hello") }).String()
 }
 
 func dialHello(addr string) error {

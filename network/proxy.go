@@ -326,91 +326,27 @@ func (p *egressProxy) terminate(c net.Conn, set *connSet, sb *sandboxNet, dst ne
 		sb.log.Debug("egress proxy: TLS handshake with sandbox failed", "op", "egress-proxy", "host", sni, "err", err)
 		return
 	}
-
-	ctx, cancelConn := context.WithCancel(p.ctx)
-	defer cancelConn()
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			// Always dst, never a fresh resolution of sni: the policy
-			// allowed this address, and the headers go nowhere else.
-			up, err := p.dial(ctx, "tcp", dst.String())
-			if err != nil {
-				return nil, err
-			}
-			if !set.add(up) {
-				return nil, net.ErrClosed
-			}
-			return up, nil
-		},
-		TLSClientConfig: &tls.Config{
-			ServerName: sni,
-			RootCAs:    p.rootCAs,
-			NextProtos: []string{"http/1.1"},
-			MinVersion: tls.VersionTLS12,
-		},
-		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{}, // HTTP/1.1 only
-		TLSHandshakeTimeout: proxyPeekTimeout,
-		DisableCompression:  true, // pass encodings through untouched
-		IdleConnTimeout:     proxyIdleTimeout,
-		MaxIdleConnsPerHost: 4,
-	}
+	tr := p.upstreamTransport(set, dst, &tls.Config{
+		ServerName: sni,
+		RootCAs:    p.rootCAs,
+		NextProtos: []string{"http/1.1"},
+		MinVersion: tls.VersionTLS12,
+	})
 	defer tr.CloseIdleConnections()
-
-	ln := newOneConnListener(tc, p.ln.Addr())
-	srv := &http.Server{
-		Handler:           p.transformHandler(sb, dst, sni, tr),
-		ErrorLog:          log.New(io.Discard, "", 0),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       proxyIdleTimeout,
-	}
-	go srv.Serve(ln)
-	<-ln.done
-	srv.Close()
+	p.serveRequests(tc, p.transformHandler(sb, dst, sni, tr))
 }
 
 // serveHTTP serves a plain HTTP connection to dst request by request,
 // deciding each one's Host: a request for a host the policy does not
 // allow at dst is answered 403 and ends the connection.
 func (p *egressProxy) serveHTTP(c net.Conn, set *connSet, sb *sandboxNet, dst netip.AddrPort, peeked []byte) {
-	ctx, cancelConn := context.WithCancel(p.ctx)
-	defer cancelConn()
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			up, err := p.dial(ctx, "tcp", dst.String())
-			if err != nil {
-				return nil, err
-			}
-			if !set.add(up) {
-				return nil, net.ErrClosed
-			}
-			return up, nil
-		},
-		DisableCompression: true,
-		IdleConnTimeout:    proxyIdleTimeout,
-		// One upstream connection per sandbox connection, as if spliced.
-		MaxConnsPerHost: 1,
-	}
+	tr := p.upstreamTransport(set, dst, nil)
 	defer tr.CloseIdleConnections()
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
-				if v, ok := pr.In.Header[h]; ok {
-					pr.Out.Header[h] = v
-				}
-			}
-			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = dst.String()
-			pr.Out.Host = pr.In.Host
-		},
-		Transport:     tr,
-		FlushInterval: -1,
-		ErrorLog:      log.New(io.Discard, "", 0),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			sb.log.Info("egress proxy: upstream request failed", "op", "egress-proxy", "destination", dst.String(), "err", err)
-			w.WriteHeader(http.StatusBadGateway)
-		},
-	}
+	rp := p.reverseProxy(sb, dst, tr, func(pr *httputil.ProxyRequest) {
+		pr.Out.URL.Scheme = "http"
+		pr.Out.URL.Host = dst.String()
+		pr.Out.Host = pr.In.Host
+	})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := hostOnly(r.Host)
 		if v := sb.decide(sb.Policy(), dst.Addr(), host, p.resolve); !v.Allowed {
@@ -422,7 +358,70 @@ func (p *egressProxy) serveHTTP(c net.Conn, set *connSet, sb *sandboxNet, dst ne
 		http.NewResponseController(w).EnableFullDuplex()
 		rp.ServeHTTP(w, r)
 	})
-	ln := newOneConnListener(&replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(peeked), c)}, p.ln.Addr())
+	p.serveRequests(&replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(peeked), c)}, h)
+}
+
+// upstreamTransport returns a transport whose every connection goes to
+// dst, never to a fresh resolution of the request's host: the policy
+// allowed this address, and a rule's headers go nowhere else. tlsConfig
+// nil means plain HTTP. Connections join set, so that a cut ends them.
+func (p *egressProxy) upstreamTransport(set *connSet, dst netip.AddrPort, tlsConfig *tls.Config) *http.Transport {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			up, err := p.dial(ctx, "tcp", dst.String())
+			if err != nil {
+				return nil, err
+			}
+			if !set.add(up) {
+				return nil, net.ErrClosed
+			}
+			return up, nil
+		},
+		DisableCompression: true, // pass encodings through untouched
+		IdleConnTimeout:    proxyIdleTimeout,
+		// One upstream connection per sandbox connection, as if spliced.
+		MaxConnsPerHost: 1,
+	}
+	if tlsConfig != nil {
+		tr.TLSClientConfig = tlsConfig
+		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{} // HTTP/1.1 only
+		tr.TLSHandshakeTimeout = proxyPeekTimeout
+	}
+	return tr
+}
+
+// reverseProxy returns a streaming reverse proxy over tr that keeps the
+// forwarding headers the sandbox sent (and adds none) and rewrites each
+// request with rewrite.
+func (p *egressProxy) reverseProxy(sb *sandboxNet, dst netip.AddrPort, tr http.RoundTripper, rewrite func(*httputil.ProxyRequest)) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// Be transparent: keep what the sandbox sent of these, which
+			// Rewrite strips.
+			for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+				if v, ok := pr.In.Header[h]; ok {
+					pr.Out.Header[h] = v
+				}
+			}
+			rewrite(pr)
+		},
+		Transport:     tr,
+		FlushInterval: -1, // stream: never hold back a server-sent event
+		ErrorLog:      log.New(io.Discard, "", 0),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			sb.log.Info("egress proxy: upstream request failed", "op", "egress-proxy",
+				"destination", dst.String(), "host", hostOnly(r.Host), "err", err)
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}
+}
+
+// serveRequests serves HTTP/1.1 on the one connection c with h until c
+// ends or the proxy closes.
+func (p *egressProxy) serveRequests(c net.Conn, h http.Handler) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	defer cancel()
+	ln := newOneConnListener(c, p.ln.Addr())
 	srv := &http.Server{
 		Handler:           h,
 		ErrorLog:          log.New(io.Discard, "", 0),
@@ -444,36 +443,19 @@ func (p *egressProxy) transformHandler(sb *sandboxNet, dst netip.AddrPort, sni s
 	if dst.Port() != 443 {
 		urlHost = net.JoinHostPort(sni, strconv.Itoa(int(dst.Port())))
 	}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			// Be transparent: keep what the sandbox sent of these, which
-			// Rewrite strips.
-			for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
-				if v, ok := pr.In.Header[h]; ok {
-					pr.Out.Header[h] = v
-				}
+	rp := p.reverseProxy(sb, dst, tr, func(pr *httputil.ProxyRequest) {
+		pr.Out.URL.Scheme = "https"
+		pr.Out.URL.Host = urlHost
+		pr.Out.Host = ""
+		for _, r := range sb.Policy().Transform(sni) {
+			if r.Transform == nil {
+				continue
 			}
-			pr.Out.URL.Scheme = "https"
-			pr.Out.URL.Host = urlHost
-			pr.Out.Host = ""
-			for _, r := range sb.Policy().Transform(sni) {
-				if r.Transform == nil {
-					continue
-				}
-				for k, v := range r.Transform.Headers {
-					pr.Out.Header.Set(k, v)
-				}
+			for k, v := range r.Transform.Headers {
+				pr.Out.Header.Set(k, v)
 			}
-		},
-		Transport:     tr,
-		FlushInterval: -1, // stream: never hold back a server-sent event
-		ErrorLog:      log.New(io.Discard, "", 0),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			sb.log.Info("egress proxy: upstream request failed", "op", "egress-proxy",
-				"destination", dst.String(), "host", sni, "err", err)
-			w.WriteHeader(http.StatusBadGateway)
-		},
-	}
+		}
+	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if hostOnly(r.Host) != sni {
 			http.Error(w, "misdirected request: this connection serves "+sni+" only", http.StatusMisdirectedRequest)

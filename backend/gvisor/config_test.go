@@ -80,19 +80,25 @@ func TestConfigFrom(t *testing.T) {
 	tests := []struct {
 		name string
 		opts map[string]string
+		net  backend.NetworkConfig
 		want Config
 		ok   bool
 	}{
-		{name: "none", ok: true, want: Config{Root: "/r"}},
+		{name: "none", ok: true, want: Config{Root: "/r", Egress: &network.EgressConfig{}}},
 		{name: "all", ok: true,
 			opts: map[string]string{"runsc": "/opt/runsc", "platform": "ptrace", "debug": "true"},
-			want: Config{Root: "/r", RunscPath: "/opt/runsc", Platform: "ptrace", Debug: true}},
+			want: Config{Root: "/r", RunscPath: "/opt/runsc", Platform: "ptrace", Debug: true, Egress: &network.EgressConfig{}}},
+		{name: "no egress", ok: true, net: backend.NetworkConfig{NoEgress: true}, want: Config{Root: "/r"}},
+		{name: "egress settings", ok: true,
+			net: backend.NetworkConfig{DNSUpstreams: []string{"198.51.100.53:53"}, Exempt: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}},
+			want: Config{Root: "/r", Egress: &network.EgressConfig{DNSUpstreams: []string{"198.51.100.53:53"}, Exempt: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}}}},
+		{name: "bad upstream CA", net: backend.NetworkConfig{UpstreamCAs: []byte("not PEM")}},
 		{name: "unknown", opts: map[string]string{"plaform": "ptrace"}},
 		{name: "bad bool", opts: map[string]string{"debug": "sometimes"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := configFrom(backend.Config{Root: "/r", Options: tt.opts})
+			got, err := configFrom(backend.Config{Root: "/r", Options: tt.opts, Network: tt.net})
 			if (err == nil) != tt.ok {
 				t.Fatalf("configFrom = %v, want ok=%v", err, tt.ok)
 			}

@@ -9,24 +9,31 @@ import (
 	"github.com/lightbearco/tupper/network"
 )
 
-// trustCAEnv hands the agent the certificate of the egress CA, which it
-// adds to the sandbox's trust store. It is Tupper's own variable: the
-// agent removes it before starting any process.
-const trustCAEnv = "TUPPER_TRUST_CA"
-
 // withNetwork returns spec with what the agent needs to know of the
-// sandbox's network: its resolver (the host side of the veth, where the
-// egress DNS server answers), its own address for /etc/hosts, and the
-// egress CA. spec is not modified.
+// sandbox's network, in the variables of backend.NetworkEnv: its resolver
+// (the host side of the veth, where the egress DNS server answers), its
+// own address for /etc/hosts, and the egress CA. An agent that knows none
+// of them ignores them. spec is not modified.
 func (b *Backend) withNetwork(spec *backend.Spec, ep *network.Endpoint) *backend.Spec {
 	out := *spec
-	out.Agent.Args = append(slices.Clone(spec.Agent.Args),
-		"--nameserver", ep.HostAddr.Addr().String(),
-		"--hosts-addr", ep.SandboxAddr.Addr().String())
+	out.Env = append(slices.Clone(spec.Env),
+		backend.EnvNameserver+"="+ep.HostAddr.Addr().String(),
+		backend.EnvSandboxAddr+"="+ep.SandboxAddr.Addr().String())
 	if b.egress != nil {
-		out.Env = append(slices.Clone(spec.Env), trustCAEnv+"="+string(b.egress.CACertPEM()))
+		out.Env = append(out.Env, backend.EnvTrustCA+"="+string(b.egress.CACertPEM()))
 	}
 	return &out
+}
+
+// Close stops the backend's egress services (the sandboxes' resolver and
+// egress proxy). Sandboxes keep running; their lookups and proxied
+// connections fail at once until a new Backend on the same Root serves
+// them again.
+func (b *Backend) Close() error {
+	if b.egress == nil {
+		return nil
+	}
+	return b.egress.Close()
 }
 
 // UpdateNetwork implements backend.NetworkUpdater.

@@ -41,8 +41,6 @@ type options struct {
 	tokenFD      int
 	noEnsureUser bool
 	version      bool
-	nameserver   string
-	hostsAddr    string
 	logOut       io.Writer
 }
 
@@ -55,8 +53,6 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.tokenFD, "access-token-fd", -1, "descriptor to read the access token from (set by the agent itself, see hideToken)")
 	fs.BoolVar(&o.noEnsureUser, "no-ensure-user", false, "do not create the user \""+identity.DefaultUser+"\" when the image lacks it")
 	fs.BoolVar(&o.version, "version", false, "print the envd protocol version and exit")
-	fs.StringVar(&o.nameserver, "nameserver", "", "write /etc/resolv.conf naming this resolver")
-	fs.StringVar(&o.hostsAddr, "hosts-addr", "", "write /etc/hosts naming the sandbox's hostname at this address")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -88,18 +84,21 @@ func run(o options) error {
 			log.Warn("default user missing and not created", "user", identity.DefaultUser, "err", err)
 		}
 	}
-	trustCA := os.Getenv(trustCAEnv)
-	os.Unsetenv(trustCAEnv)
-	if err := configureNetwork(o, trustCA); err != nil {
+	netEnv := map[string]string{}
+	for _, k := range networkEnv {
+		netEnv[k] = os.Getenv(k)
+		os.Unsetenv(k)
+	}
+	if err := configureNetwork(netEnv); err != nil {
 		log.Warn("network configuration incomplete", "err", err)
 	}
 	// The commands inherit the agent's environment (the image's and the
 	// sandbox's variables) minus the token and any malformed entry.
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		k, _, ok := strings.Cut(kv, "=")
-		return !ok || k == "" || k == tokenEnv || k == trustCAEnv
+		return !ok || k == "" || k == tokenEnv || slices.Contains(networkEnv, k)
 	})
-	if trustCA != "" {
+	if netEnv[envTrustCA] != "" {
 		env = append(env, netconf.EnvDefaults(env)...)
 	}
 	h, err := agent.NewHandler(agent.Config{DefaultUser: o.user, Env: env, AccessToken: token, Logger: log})
@@ -146,30 +145,39 @@ func run(o options) error {
 	}
 }
 
-// trustCAEnv carries the host's egress CA, which the agent adds to the
-// sandbox's trust store (see package agent/netconf).
-const trustCAEnv = "TUPPER_TRUST_CA"
+// The variables through which the backend describes the sandbox's
+// network (backend.EnvNameserver and the others; the agent does not import
+// the host side's packages, so they are named again here).
+const (
+	envNameserver  = "TUPPER_NAMESERVER"
+	envSandboxAddr = "TUPPER_SANDBOX_ADDR"
+	envTrustCA     = "TUPPER_TRUST_CA"
+)
+
+var networkEnv = []string{envNameserver, envSandboxAddr, envTrustCA}
 
 // configureNetwork writes the sandbox's resolver, hosts file and trusted
-// CA as the backend asked.
-func configureNetwork(o options, trustCA string) error {
-	c := netconf.Config{TrustCA: []byte(trustCA)}
-	if o.nameserver != "" {
-		a, err := netip.ParseAddr(o.nameserver)
+// CA as the backend's variables say.
+func configureNetwork(env map[string]string) error {
+	c := netconf.Config{TrustCA: []byte(env[envTrustCA])}
+	if v := env[envNameserver]; v != "" {
+		a, err := netip.ParseAddr(v)
 		if err != nil {
-			return fmt.Errorf("--nameserver: %w", err)
+			return fmt.Errorf("%s: %w", envNameserver, err)
 		}
 		c.Nameserver = a
 	}
-	if o.hostsAddr != "" {
-		a, err := netip.ParseAddr(o.hostsAddr)
+	if v := env[envSandboxAddr]; v != "" {
+		a, err := netip.ParseAddr(v)
 		if err != nil {
-			return fmt.Errorf("--hosts-addr: %w", err)
+			return fmt.Errorf("%s: %w", envSandboxAddr, err)
 		}
 		c.Addr = a
-		if c.Hostname, err = os.Hostname(); err != nil {
+		host, err := os.Hostname()
+		if err != nil {
 			return err
 		}
+		c.Hostname = host
 	}
 	return netconf.Write(c)
 }
