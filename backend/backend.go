@@ -157,6 +157,9 @@ type NetworkConfig struct {
 	// NoEgress seals every sandbox: it reaches neither the host nor
 	// anything beyond it, and its lookups fail at once.
 	NoEgress bool
+	// NoIPv6 keeps sandboxes on IPv4 even where the host has an IPv6
+	// route out; by default they get IPv6 egress when it does.
+	NoIPv6 bool
 	// DNSUpstreams are the resolvers ("host:port") that sandbox lookups
 	// are forwarded to; empty means the host's own.
 	DNSUpstreams []string

@@ -45,6 +45,10 @@ import (
 // DefaultSubnet is the pool of addresses used when Config.Subnet is unset.
 var DefaultSubnet = netip.MustParsePrefix("10.213.0.0/16")
 
+// DefaultIPv6Subnet is a unique local range (RFC 4193) for sandboxes'
+// IPv6 addresses, for pools that give sandboxes IPv6 (Config.IPv6Subnet).
+var DefaultIPv6Subnet = netip.MustParsePrefix("fd74:7570:7065::/64")
+
 // DefaultIfPrefix starts the names of host-side interfaces when
 // Config.IfPrefix is unset.
 const DefaultIfPrefix = "tp"
@@ -60,6 +64,11 @@ type Config struct {
 	// Subnet is split into /30s, one per sandbox. Empty means
 	// DefaultSubnet. IPv4 only, a /8 to /30.
 	Subnet netip.Prefix
+	// IPv6Subnet, when set, gives each sandbox IPv6 too: the n-th /30 of
+	// Subnet pairs with the n-th /126 of IPv6Subnet (host side ::1, the
+	// sandbox ::2 of it). Empty means IPv4 only: IPv6 is off inside the
+	// sandbox, and an IPv6 connect fails at once. At most a /96.
+	IPv6Subnet netip.Prefix
 	// LockPath is the file locked while picking a /30. Every pool on the
 	// host that uses the same Subnet must use the same LockPath, since the
 	// kernel's addresses are host-wide, not per Dir. Empty means
@@ -107,6 +116,10 @@ type Endpoint struct {
 	// SandboxAddr is eth0's address inside the namespace, with the /30
 	// prefix length. The sandbox's agent is reached at SandboxAddr.Addr().
 	SandboxAddr netip.Prefix `json:"sandboxAddr"`
+	// HostAddr6 and SandboxAddr6 are the IPv6 addresses of the two sides,
+	// with the /126 prefix length, when the pool gives sandboxes IPv6.
+	HostAddr6    netip.Prefix `json:"hostAddr6,omitzero"`
+	SandboxAddr6 netip.Prefix `json:"sandboxAddr6,omitzero"`
 	// Egress is the sandbox's egress policy, for the pool's Policy to
 	// enforce; nil allows all egress (when the pool has a Policy at all).
 	// It is kept in the lease, so that a restarted process enforces it
@@ -153,6 +166,9 @@ func (c Config) withDefaults() Config {
 		c.Subnet = DefaultSubnet
 	}
 	c.Subnet = c.Subnet.Masked()
+	if c.IPv6Subnet.IsValid() {
+		c.IPv6Subnet = c.IPv6Subnet.Masked()
+	}
 	if c.LockPath == "" {
 		c.LockPath = DefaultLockPath(c.Subnet)
 	}
@@ -179,6 +195,13 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("Subnet %s must be IPv4", c.Subnet))
 		} else if b := c.Subnet.Bits(); b < 8 || b > 30 {
 			errs = append(errs, fmt.Errorf("Subnet %s must be a /8 to /30", c.Subnet))
+		}
+	}
+	if c.IPv6Subnet.IsValid() {
+		if !c.IPv6Subnet.Addr().Is6() || c.IPv6Subnet.Addr().Is4In6() {
+			errs = append(errs, fmt.Errorf("IPv6Subnet %s must be IPv6", c.IPv6Subnet))
+		} else if c.IPv6Subnet.Bits() > 96 {
+			errs = append(errs, fmt.Errorf("IPv6Subnet %s must be a /96 or larger", c.IPv6Subnet))
 		}
 	}
 	if c.LockPath != "" && !filepath.IsAbs(c.LockPath) {
@@ -234,6 +257,21 @@ func slot(subnet netip.Prefix, n int) (host, sandbox netip.Prefix, ok bool) {
 		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 	}
 	return netip.PrefixFrom(addr(base+1), 30), netip.PrefixFrom(addr(base+2), 30), true
+}
+
+// slot6 returns the IPv6 pair of the n-th /30: the n-th /126 of subnet6.
+func slot6(subnet6 netip.Prefix, n int) (host, sandbox netip.Prefix) {
+	b := subnet6.Masked().Addr().As16()
+	// n < 2^22 (a /8 of /30s) and the subnet is at most a /96: adding
+	// 4n to the low 32 bits never carries out of them.
+	v := uint32(b[12])<<24 | uint32(b[13])<<16 | uint32(b[14])<<8 | uint32(b[15])
+	v += uint32(n) * 4
+	at := func(x uint32) netip.Addr {
+		c := b
+		c[12], c[13], c[14], c[15] = byte(x>>24), byte(x>>16), byte(x>>8), byte(x)
+		return netip.AddrFrom16(c)
+	}
+	return netip.PrefixFrom(at(v+1), 126), netip.PrefixFrom(at(v+2), 126)
 }
 
 // slots returns how many /30s subnet holds.

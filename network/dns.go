@@ -222,9 +222,13 @@ func (d *dnsServer) answer(r *dns.Msg, src netip.Addr) *dns.Msg {
 	}
 	m := dnsReply(r, up.Rcode)
 	m.RecursionAvailable = up.RecursionAvailable
-	m.Answer = dnsStripAAAA(up.Answer)
-	m.Ns = up.Ns
-	m.Extra = dnsStripAAAA(dnsWithoutOPT(up.Extra))
+	m.Answer, m.Ns, m.Extra = up.Answer, up.Ns, dnsWithoutOPT(up.Extra)
+	if !sb.hasIPv6() || pol.Inspects() {
+		// No IPv6 in the sandbox, or a policy whose domain checks run on
+		// IPv4 only: an AAAA answer would only make clients try first
+		// what is refused.
+		m.Answer, m.Extra = dnsStripAAAA(m.Answer), dnsStripAAAA(m.Extra)
+	}
 	if _, ok := pol.DomainVerdict(name); ok {
 		// The egress proxy admits a connection by its Host or SNI only
 		// at an address the name resolves to: remember this answer's.

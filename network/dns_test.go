@@ -356,3 +356,33 @@ func TestDNSBindsAllowedNames(t *testing.T) {
 		t.Errorf("lookupA = %v", got)
 	}
 }
+
+// TestDNSKeepsAAAAForIPv6Sandboxes checks that a sandbox with IPv6 gets
+// AAAA answers, unless its policy checks domains (which runs on IPv4 only).
+func TestDNSKeepsAAAAForIPv6Sandboxes(t *testing.T) {
+	_, up := startTestZone(t)
+	for _, tt := range []struct {
+		name   string
+		policy *netpolicy.Policy
+		want   int
+	}{
+		{"open policy", nil, 1},
+		{"domain policy", domainsOnly("allowed.test"), 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sb, lk := newTestSandbox(t, "127.0.0.1", tt.policy)
+			sb.addr6 = netip.MustParseAddr("fd74:7570:7065::2")
+			d := startTestDNS(t, lk, up)
+			r := dnsQuery(t, d.Port(), "127.0.0.1", "udp", "allowed.test", dns.TypeAAAA, 1232)
+			got := 0
+			for _, rr := range r.Answer {
+				if rr.Header().Rrtype == dns.TypeAAAA {
+					got++
+				}
+			}
+			if got != tt.want {
+				t.Errorf("%d AAAA records, want %d: %v", got, tt.want, r.Answer)
+			}
+		})
+	}
+}

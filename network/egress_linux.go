@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -324,4 +325,35 @@ func (e *Egress) kernelDenial(hostIf string, idx int, proto string, dst netip.Ad
 		rule = names[idx]
 	}
 	sb.deny(netpolicy.Denial{Kind: "connect", Protocol: strings.ToLower(proto), Destination: dst.String(), Rule: rule})
+}
+
+// HostHasIPv6Route reports whether the host has an IPv6 default route
+// through an interface that is not a sandbox's: whether sandboxes can be
+// given IPv6 egress.
+func HostHasIPv6Route() bool {
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Dst: nil}, 0)
+	if err != nil {
+		return false
+	}
+	for _, r := range routes {
+		if r.Dst != nil && r.Dst.IP != nil && !r.Dst.IP.IsUnspecified() {
+			continue
+		}
+		if ones, _ := maskSize(r.Dst); ones != 0 {
+			continue
+		}
+		link, err := netlink.LinkByIndex(r.LinkIndex)
+		if err != nil || strings.HasPrefix(link.Attrs().Name, DefaultIfPrefix) || link.Attrs().Name == "lo" {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+func maskSize(n *net.IPNet) (int, int) {
+	if n == nil {
+		return 0, 128
+	}
+	return n.Mask.Size()
 }

@@ -37,6 +37,8 @@ type sandboxNet struct {
 	hostIf string
 	addr   netip.Addr // the sandbox's address
 	gw     netip.Addr // the host side of its veth: its resolver and gateway
+	// addr6 and gw6 are the same for IPv6; zero when the sandbox has none.
+	addr6, gw6 netip.Addr
 	log    *slog.Logger
 
 	mu      sync.Mutex
@@ -62,6 +64,7 @@ type proxiedConn struct {
 func newSandboxNet(ep *Endpoint, pol *netpolicy.Compiled, log *slog.Logger) *sandboxNet {
 	return &sandboxNet{
 		id: ep.ID, hostIf: ep.HostIf, addr: ep.SandboxAddr.Addr(), gw: ep.HostAddr.Addr(),
+		addr6: ep.SandboxAddr6.Addr(), gw6: ep.HostAddr6.Addr(),
 		log: log.With("sandbox", ep.ID), policy: pol, conns: map[*proxiedConn]struct{}{},
 		bindings: map[string]map[netip.Addr]time.Time{},
 	}
@@ -73,6 +76,9 @@ func (s *sandboxNet) Policy() *netpolicy.Compiled {
 	defer s.mu.Unlock()
 	return s.policy
 }
+
+// hasIPv6 reports whether the sandbox has an IPv6 address.
+func (s *sandboxNet) hasIPv6() bool { return s.addr6.IsValid() }
 
 // bind remembers that name resolved to addrs for this sandbox.
 func (s *sandboxNet) bind(name string, addrs []netip.Addr) {

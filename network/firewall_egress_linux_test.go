@@ -63,7 +63,7 @@ func randomIfName(prefix string) string {
 func makeTestLink(t *testing.T, ifPrefix string, subnet netip.Prefix) *testLink {
 	t.Helper()
 	l := &testLink{ns: filepath.Join(t.TempDir(), "netns"), hostIf: randomIfName(ifPrefix)}
-	if err := createNetNS(l.ns); err != nil {
+	if err := createNetNS(l.ns, false); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { removeNetNS(l.ns) })

@@ -104,6 +104,9 @@ func firewallRules(prefix string, guard bool) string {
 
 	w("add rule %s input iifname %s ct state established,related accept", t, sbx)
 	w("add rule %s input iifname %s ct status dnat ip daddr 127.0.0.1 accept", t, sbx)
+	// IPv6 neighbour discovery, which IPv4's ARP needs no rule for: without
+	// it the host cannot find a sandbox's IPv6 address on its veth.
+	w("add rule %s input iifname %s icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept", t, sbx)
 	w("add rule %s input iifname %s goto refuse", t, sbx)
 
 	w("add rule %s forward oifname %s ct state established,related accept", t, sbx)

@@ -179,13 +179,16 @@ func (p *Pool) Setup(ctx context.Context, id string, pol *netpolicy.Policy) (_ *
 		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
 	}
 	ep.HostAddr, ep.SandboxAddr, _ = slot(p.cfg.Subnet, n)
+	if p.cfg.IPv6Subnet.IsValid() {
+		ep.HostAddr6, ep.SandboxAddr6 = slot6(p.cfg.IPv6Subnet, n)
+	}
 
 	if err := p.writeLease(ep); err != nil {
 		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
 	}
 	undo.Add(func() error { return removeIfExists(p.leasePath(id)) })
 
-	if err := createNetNS(ep.NetNSPath); err != nil {
+	if err := createNetNS(ep.NetNSPath, ep.SandboxAddr6.IsValid()); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			err = fmt.Errorf("%w: %w", err, errdefs.ErrAlreadyExists)
 		}
@@ -303,11 +306,16 @@ func (p *Pool) configureHostSide(ep *Endpoint) error {
 		return fmt.Errorf("alias: %w", err)
 	}
 	// The kernel must never route the sandbox's packets anywhere but to
-	// the host itself (forwarding), must drop packets whose source is not
-	// the sandbox's /30 (rp_filter), and must not offer IPv6 link-local
-	// paths that no policy would see.
+	// the host itself (forwarding; a Policy opens it), must drop packets
+	// whose source is not the sandbox's /30 (rp_filter), and, unless the
+	// sandbox has IPv6, must not offer IPv6 paths that no policy would see.
+	disable6 := "1"
+	if ep.HostAddr6.IsValid() {
+		disable6 = "0"
+	}
 	for _, s := range []struct{ path, value string }{
-		{"/proc/sys/net/ipv6/conf/" + ep.HostIf + "/disable_ipv6", "1"},
+		{"/proc/sys/net/ipv6/conf/" + ep.HostIf + "/accept_ra", "0"},
+		{"/proc/sys/net/ipv6/conf/" + ep.HostIf + "/disable_ipv6", disable6},
 		{"/proc/sys/net/ipv4/conf/" + ep.HostIf + "/forwarding", "0"},
 		{"/proc/sys/net/ipv4/conf/" + ep.HostIf + "/rp_filter", "1"},
 	} {
@@ -318,6 +326,13 @@ func (p *Pool) configureHostSide(ep *Endpoint) error {
 	}
 	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: ipNet(ep.HostAddr)}); err != nil {
 		return fmt.Errorf("address %s: %w", ep.HostAddr, err)
+	}
+	if ep.HostAddr6.IsValid() {
+		// No duplicate address detection: the /126 is ours, and DAD
+		// would hold the address back for a second or more.
+		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: ipNet(ep.HostAddr6), Flags: unix.IFA_F_NODAD}); err != nil {
+			return fmt.Errorf("address %s: %w", ep.HostAddr6, err)
+		}
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
 		return fmt.Errorf("up: %w", err)
@@ -353,6 +368,16 @@ func configureSandboxSide(ns netns.NsHandle, ep *Endpoint) error {
 	route := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IP(ep.HostAddr.Addr().AsSlice())}
 	if err := h.RouteAdd(route); err != nil {
 		return fmt.Errorf("default route: %w", err)
+	}
+	if ep.SandboxAddr6.IsValid() {
+		if err := h.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(ep.SandboxAddr6), Flags: unix.IFA_F_NODAD}); err != nil {
+			return fmt.Errorf("address %s: %w", ep.SandboxAddr6, err)
+		}
+		route6 := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IP(ep.HostAddr6.Addr().AsSlice()),
+			Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}}
+		if err := h.RouteAdd(route6); err != nil {
+			return fmt.Errorf("default IPv6 route: %w", err)
+		}
 	}
 	return nil
 }

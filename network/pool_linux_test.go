@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -491,5 +492,59 @@ func TestSandboxCannotReachHost(t *testing.T) {
 	inside := serveEcho(t, ep.NetNSPath, ep.SandboxAddr.Addr().String())
 	if err := dialHello(inside); err != nil {
 		t.Errorf("the host cannot reach the sandbox at %s: %v", inside, err)
+	}
+}
+
+// TestSetupIPv6 checks the IPv6 side of a pool that gives sandboxes IPv6:
+// the n-th /126 beside the n-th /30, addressed at once (no duplicate
+// address detection), a default route via the host side, and a path from
+// the host to the sandbox.
+func TestSetupIPv6(t *testing.T) {
+	requireRoot(t)
+	p, err := New(Config{Dir: t.TempDir(), IPv6Subnet: netip.MustParsePrefix("fd74:7570:7065:ff00::/64")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := uniqueID("v6")
+	ctx := context.Background()
+	ep, err := p.Setup(ctx, id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Teardown(context.Background(), id) })
+	n, _ := slotOf(p.Subnet(), ep.SandboxAddr.Addr())
+	host6, sb6 := slot6(netip.MustParsePrefix("fd74:7570:7065:ff00::/64"), n)
+	if ep.HostAddr6 != host6 || ep.SandboxAddr6 != sb6 || sb6.Addr() != host6.Addr().Next() {
+		t.Fatalf("IPv6 addresses %s, %s; want %s, %s", ep.HostAddr6, ep.SandboxAddr6, host6, sb6)
+	}
+	if got, err := p.Lookup(id); err != nil || got.SandboxAddr6 != ep.SandboxAddr6 {
+		t.Errorf("the lease lost the IPv6 address: %+v, %v", got, err)
+	}
+	err = inNetNS(ep.NetNSPath, func() error {
+		routes, err := netlink.RouteList(nil, netlink.FAMILY_V6)
+		if err != nil {
+			return err
+		}
+		for _, r := range routes {
+			if (r.Dst == nil || r.Dst.IP.IsUnspecified()) && r.Gw.Equal(net.IP(ep.HostAddr6.Addr().AsSlice())) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no default IPv6 route via %s in %v", ep.HostAddr6.Addr(), routes)
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	if err := dialHello(serveEcho(t, ep.NetNSPath, ep.SandboxAddr6.Addr().String())); err != nil {
+		t.Errorf("host to sandbox over IPv6: %v", err)
+	}
+	// Without IPv6Subnet nothing of IPv6 is set up.
+	p4 := newTestPool(t, nil)
+	ep4, err := p4.Setup(ctx, uniqueID("v4"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep4.SandboxAddr6.IsValid() {
+		t.Errorf("an IPv4 pool gave IPv6 address %s", ep4.SandboxAddr6)
 	}
 }

@@ -76,6 +76,11 @@ type Config struct {
 	// policies (network.Egress); nil seals them. Its Dir defaults to
 	// <Network.Dir>/egress.
 	Egress *network.EgressConfig
+	// IPv6 gives sandboxes IPv6 egress, from Network.IPv6Subnet (default
+	// network.DefaultIPv6Subnet), when Egress is set and the host has an
+	// IPv6 default route of its own; "off" keeps them on IPv4. Empty
+	// means "auto".
+	IPv6 string
 	// Logger receives the backend's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// SharedRoot is runsc's --shared-root: host-wide state that all

@@ -89,6 +89,12 @@ func New(cfg Config) (*Backend, error) {
 		}
 	}
 	var egress *network.Egress
+	if cfg.Egress != nil && cfg.IPv6 != "off" && !cfg.Network.IPv6Subnet.IsValid() && network.HostHasIPv6Route() {
+		cfg.Network.IPv6Subnet = network.DefaultIPv6Subnet
+	}
+	if cfg.Egress == nil || cfg.IPv6 == "off" {
+		cfg.Network.IPv6Subnet = netip.Prefix{}
+	}
 	if cfg.Egress != nil {
 		ecfg := *cfg.Egress
 		if ecfg.Dir == "" {

@@ -44,6 +44,9 @@ func configFrom(c backend.Config) (Config, error) {
 		RunscPath: c.Options["runsc"],
 		Platform:  c.Options["platform"],
 	}
+	if c.Network.NoIPv6 {
+		cfg.IPv6 = "off"
+	}
 	if !c.Network.NoEgress {
 		cfg.Egress = &network.EgressConfig{DNSUpstreams: c.Network.DNSUpstreams, Exempt: c.Network.Exempt, Logger: c.Logger}
 		if len(c.Network.UpstreamCAs) > 0 {

@@ -106,6 +106,10 @@ await step('default: the internet over HTTP and HTTPS, names through the sandbox
   await reaches(open, `http://${B}:80/`)
   const r = await sh(open, 'cat /etc/resolv.conf; getent hosts $(hostname)')
   assert.match(r.out, /nameserver 10\./, r.out)
+  assert.match(r.out, new RegExp(`^10\\.[0-9.]+\\s+${open.sandboxId}$`, 'm'), `the sandbox's own name: ${r.out}`)
+  // What the backend told the agent stays with the agent.
+  const e = await sh(open, 'env | grep -c ^TUPPER_ || true')
+  assert.equal(e.out.trim(), '0', `Tupper's variables leak into commands: ${e.out}`)
 })
 
 await step('allowInternetAccess: false reaches nothing, and fails at once', async () => {

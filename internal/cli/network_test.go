@@ -27,6 +27,7 @@ func TestServeNetworkFlags(t *testing.T) {
 		{name: "deny", flags: networkFlags{egress: "deny", allowOut: []string{"PyPI.org"}},
 			policy: &netpolicy.Policy{AllowOut: []string{"pypi.org"}, DenyOut: []string{"0.0.0.0/0", "::/0"}}},
 		{name: "off", flags: networkFlags{egress: "off"}, host: backend.NetworkConfig{NoEgress: true}},
+		{name: "no ipv6", flags: networkFlags{egress: "allow", noIPv6: true}, host: backend.NetworkConfig{NoIPv6: true}},
 		{name: "allow with a deny list", flags: networkFlags{egress: "allow", denyOut: []string{"203.0.113.0/24"}},
 			policy: &netpolicy.Policy{DenyOut: []string{"203.0.113.0/24"}}},
 		{name: "operator side", flags: networkFlags{egress: "allow", dnsUpstreams: []string{"198.51.100.53", "198.51.100.54:5353"},

@@ -22,6 +22,7 @@ type networkFlags struct {
 	dnsUpstreams  []string
 	allowInternal []string
 	upstreamCA    string
+	noIPv6        bool
 }
 
 func (n *networkFlags) register(f *pflag.FlagSet) {
@@ -30,13 +31,14 @@ func (n *networkFlags) register(f *pflag.FlagSet) {
 	f.StringSliceVar(&n.denyOut, "deny-out", nil, "default denyOut entry (CIDR or IP); repeatable")
 	f.StringSliceVar(&n.dnsUpstreams, "dns-upstream", nil, "resolver (host or host:port) that sandbox lookups are forwarded to; repeatable (default: the host's, from /etc/resolv.conf)")
 	f.StringSliceVar(&n.allowInternal, "allow-internal", nil, "CIDR or IP that sandboxes may reach although it is private, link-local or the host's own (a package mirror, say); each sandbox's policy still applies; repeatable")
+	f.BoolVar(&n.noIPv6, "no-ipv6", false, "keep sandboxes on IPv4 even where the host has an IPv6 route out (by default they get IPv6 egress, through NAT, when it does)")
 	f.StringVar(&n.upstreamCA, "upstream-ca", "", "PEM file of CA certificates, beside the system's, that the egress proxy trusts when it adds a network rule's headers to a sandbox's HTTPS requests")
 }
 
 // config turns the flags into the backend's network settings and the
 // engine's default policy.
 func (n *networkFlags) config() (backend.NetworkConfig, *netpolicy.Policy, error) {
-	var hc backend.NetworkConfig
+	hc := backend.NetworkConfig{NoIPv6: n.noIPv6}
 	var def *netpolicy.Policy
 	switch n.egress {
 	case "allow":

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bytes"
+	"encoding/binary"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -34,17 +35,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The fake internet's addresses. They are documentation ranges (RFC 5737),
-// which no real host uses and which the egress policy does not deny
-// outright, so a test can open and close them with a policy.
+// The fake internet's addresses. They are documentation ranges (RFC 5737,
+// RFC 3849), which no real host uses and which the egress policy does not
+// deny outright, so a test can open and close them with a policy.
 var (
-	fakeHostA = netip.MustParseAddr("198.51.100.10")
-	fakeHostB = netip.MustParseAddr("203.0.113.10")
-	fakeDNS   = netip.MustParseAddr("198.51.100.53")
+	fakeHostA  = netip.MustParseAddr("198.51.100.10")
+	fakeHostA6 = netip.MustParseAddr("2001:db8::10")
+	fakeHostB  = netip.MustParseAddr("203.0.113.10")
+	fakeDNS    = netip.MustParseAddr("198.51.100.53")
 	// fakeLinkNets is where the /30 between the host and the fixture's
 	// namespace is carved from; it stays clear of fakeHostB.
 	fakeLinkNets = netip.MustParsePrefix("203.0.113.128/25")
+	// fakeLinkNets6 is where the link's /126 is carved from, among its
+	// first fakeLinkBlocks6; it stays clear of fakeHostA6.
+	fakeLinkNets6 = netip.MustParsePrefix("2001:db8:ffff::/64")
 )
+
+const fakeLinkBlocks6 = 1 << 16
 
 // FakeDNSTTL is the TTL, in seconds, of every answer the fake DNS server
 // gives, negative ones included (the SOA minimum). It is short so that a
@@ -88,9 +95,11 @@ var fakeCount atomic.Int64
 // fixture's life and a second one, from this process or another, waits for
 // the first one's cleanup. A test must therefore not start two at once.
 //
-// Traffic reaches it through host routes (/32 for each address) over a veth
-// pair, so the host and anything the host forwards for (sandboxes) can
-// reach it; replies go back along the namespace's default route to the host.
+// Traffic reaches it through host routes (/32 for each IPv4 address, /128
+// for HostA6) over a veth pair that carries both families, so the host and
+// anything the host forwards for (sandboxes) can reach it; replies go back
+// along the namespace's default routes to the host. Nothing the fixture
+// sets up sends packets anywhere but over that pair.
 // Its methods are safe for concurrent use.
 type FakeInternet struct {
 	// NS is the path of the namespace's bind mount, under /run/netns; its
@@ -101,6 +110,9 @@ type FakeInternet struct {
 	// HostA (198.51.100.10) serves HTTP on :80, HTTPS on :443 and a TCP
 	// echo on :7000.
 	HostA netip.Addr
+	// HostA6 (2001:db8::10) is HostA over IPv6: the same servers, and the
+	// DNS server's AAAA answer for each name whose A record is HostA.
+	HostA6 netip.Addr
 	// HostB (203.0.113.10) serves the same.
 	HostB netip.Addr
 	// CA trusts the HTTPS servers' certificates; CAPEM is the same CA
@@ -110,8 +122,10 @@ type FakeInternet struct {
 
 	name     string
 	hostIf   string
-	hostSide netip.Prefix // the host's address on the link, e.g. 203.0.113.249/30
-	nsSide   netip.Prefix // the namespace's address on the link
+	hostSide  netip.Prefix // the host's address on the link, e.g. 203.0.113.249/30
+	nsSide    netip.Prefix // the namespace's address on the link
+	hostSide6 netip.Prefix // the same over IPv6, e.g. 2001:db8:ffff::1/126
+	nsSide6   netip.Prefix
 
 	caCert *x509.Certificate
 	caKey  *ecdsa.PrivateKey
@@ -167,6 +181,7 @@ func StartFakeInternet(t testing.TB) *FakeInternet {
 		hostIf:  fmt.Sprintf("%s%x-%x", fakeIfPrefix, os.Getpid(), n),
 		DNS:     netip.AddrPortFrom(fakeDNS, 53),
 		HostA:   fakeHostA,
+		HostA6:  fakeHostA6,
 		HostB:   fakeHostB,
 		done:    make(chan struct{}),
 		records: make(map[string]netip.Addr),
@@ -212,6 +227,7 @@ func (f *FakeInternet) Requests() []FakeRequest {
 
 // Resolve makes the DNS server answer name with addr from now on, in place
 // of what it answered before: an A record for an IPv4 addr, AAAA for IPv6.
+// A name resolved to HostA also has HostA6 as its AAAA record.
 func (f *FakeInternet) Resolve(name string, addr netip.Addr) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -316,11 +332,11 @@ func (f *FakeInternet) createNS(t testing.TB) (netns.NsHandle, error) {
 	return r.ns, nil
 }
 
-// link joins the namespace to the host: a veth pair over a /30, the
-// service addresses on lo inside, a default route back to
-// the host, and host routes to each service address.
+// link joins the namespace to the host: a veth pair over a /30 and a
+// /126, the service addresses on lo inside, default routes back to the
+// host, and host routes to each service address.
 func (f *FakeInternet) link(t testing.TB, ns netns.NsHandle) error {
-	if err := f.pickLinkNet(); err != nil {
+	if err := f.pickLinkNets(); err != nil {
 		return err
 	}
 	veth := &netlink.Veth{
@@ -349,17 +365,31 @@ func (f *FakeInternet) link(t testing.TB, ns netns.NsHandle) error {
 	if err != nil {
 		return fmt.Errorf("veth %s: %w", f.hostIf, err)
 	}
-	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: prefixNet(f.hostSide)}); err != nil {
-		return fmt.Errorf("veth %s: address %s: %w", f.hostIf, f.hostSide, err)
+	if err := enableIPv6(f.hostIf); err != nil {
+		return fmt.Errorf("veth %s: %w", f.hostIf, err)
+	}
+	for _, a := range []*netlink.Addr{
+		{IPNet: prefixNet(f.hostSide)},
+		// Without duplicate address detection the address is usable
+		// at once, not tentative for a second or two.
+		{IPNet: prefixNet(f.hostSide6), Flags: unix.IFA_F_NODAD},
+	} {
+		if err := netlink.AddrAdd(host, a); err != nil {
+			return fmt.Errorf("veth %s: address %s: %w", f.hostIf, a.IPNet, err)
+		}
 	}
 	if err := netlink.LinkSetUp(host); err != nil {
 		return fmt.Errorf("veth %s: up: %w", f.hostIf, err)
 	}
-	for _, a := range []netip.Addr{fakeHostA, fakeHostB, fakeDNS} {
+	for _, a := range []netip.Addr{fakeHostA, fakeHostB, fakeDNS, fakeHostA6} {
+		gw := f.nsSide.Addr()
+		if a.Is6() {
+			gw = f.nsSide6.Addr()
+		}
 		r := &netlink.Route{
 			LinkIndex: host.Attrs().Index,
-			Dst:       prefixNet(netip.PrefixFrom(a, 32)),
-			Gw:        f.nsSide.Addr().AsSlice(),
+			Dst:       prefixNet(netip.PrefixFrom(a, a.BitLen())),
+			Gw:        gw.AsSlice(),
 		}
 		if err := netlink.RouteAdd(r); err != nil {
 			if errors.Is(err, unix.EEXIST) {
@@ -378,16 +408,37 @@ func (f *FakeInternet) link(t testing.TB, ns netns.NsHandle) error {
 	return nil
 }
 
-// pickLinkNet chooses a /30 from fakeLinkNets that no host address or
-// route overlaps, starting at a place that depends on the process and call.
-func (f *FakeInternet) pickLinkNet() error {
-	addrs, err := netlink.AddrList(nil, unix.AF_INET)
+// pickLinkNets chooses the link's /30 from fakeLinkNets and its /126 from
+// fakeLinkNets6, each the first that no host address or route overlaps,
+// from a place that depends on the process and call. The host side gets
+// the first address of each, the namespace the second.
+func (f *FakeInternet) pickLinkNets() error {
+	v4, err := freeLinkNet(unix.AF_INET, fakeLinkNets, 30, 1<<(32-fakeLinkNets.Bits()-2))
 	if err != nil {
-		return fmt.Errorf("list addresses: %w", err)
+		return err
 	}
-	routes, err := netlink.RouteList(nil, unix.AF_INET)
+	v6, err := freeLinkNet(unix.AF_INET6, fakeLinkNets6, 126, fakeLinkBlocks6)
 	if err != nil {
-		return fmt.Errorf("list routes: %w", err)
+		return err
+	}
+	f.hostSide = netip.PrefixFrom(v4.Addr().Next(), 30)
+	f.nsSide = netip.PrefixFrom(v4.Addr().Next().Next(), 30)
+	f.hostSide6 = netip.PrefixFrom(v6.Addr().Next(), 126)
+	f.nsSide6 = netip.PrefixFrom(v6.Addr().Next().Next(), 126)
+	return nil
+}
+
+// freeLinkNet returns the first of the first blocks /bits subnets of
+// within, counted from a start that depends on the process and call, that
+// no host address or route of family overlaps.
+func freeLinkNet(family int, within netip.Prefix, bits, blocks int) (netip.Prefix, error) {
+	addrs, err := netlink.AddrList(nil, family)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("list addresses: %w", err)
+	}
+	routes, err := netlink.RouteList(nil, family)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("list routes: %w", err)
 	}
 	var used []netip.Prefix
 	for _, a := range addrs {
@@ -400,13 +451,11 @@ func (f *FakeInternet) pickLinkNet() error {
 			used = append(used, p.Masked())
 		}
 	}
-	const blocks = 1 << (32 - 25 - 2) // /30s in a /25
-	base := fakeLinkNets.Addr().As4()
+	size := uint64(1) << (within.Addr().BitLen() - bits) // addresses in a block
 	start := (os.Getpid() + int(fakeCount.Load())) % blocks
 	for i := range blocks {
-		b := base
-		b[3] += byte(((start + i) % blocks) * 4)
-		p := netip.PrefixFrom(netip.AddrFrom4(b), 30)
+		n := uint64((start + i) % blocks)
+		p := netip.PrefixFrom(addAddr(within.Masked().Addr(), n*size), bits)
 		free := true
 		for _, u := range used {
 			if u.Overlaps(p) {
@@ -415,12 +464,33 @@ func (f *FakeInternet) pickLinkNet() error {
 			}
 		}
 		if free {
-			f.hostSide = netip.PrefixFrom(p.Addr().Next(), 30)
-			f.nsSide = netip.PrefixFrom(p.Addr().Next().Next(), 30)
-			return nil
+			return p, nil
 		}
 	}
-	return fmt.Errorf("no free /30 in %s for the link", fakeLinkNets)
+	return netip.Prefix{}, fmt.Errorf("no free /%d in %s for the link", bits, within)
+}
+
+// addAddr returns a plus n, carrying into at most the low 64 bits.
+func addAddr(a netip.Addr, n uint64) netip.Addr {
+	b := a.As16()
+	lo := binary.BigEndian.Uint64(b[8:]) + n
+	binary.BigEndian.PutUint64(b[8:], lo)
+	r := netip.AddrFrom16(b)
+	if a.Is4() {
+		return r.Unmap()
+	}
+	return r
+}
+
+// enableIPv6 turns IPv6 on for the interface named ifname in the calling
+// thread's network namespace: /proc/sys/net is that of the thread that
+// opens it.
+func enableIPv6(ifname string) error {
+	p := filepath.Join("/proc/sys/net/ipv6/conf", ifname, "disable_ipv6")
+	if err := os.WriteFile(p, []byte("0\n"), 0o644); err != nil {
+		return fmt.Errorf("enable IPv6: %w", err)
+	}
+	return nil
 }
 
 // configureNS sets up the inside of the namespace through a netlink
@@ -440,6 +510,13 @@ func (f *FakeInternet) configureNS(ns netns.NsHandle) error {
 		}
 		return nil
 	}
+	// Before lo comes up, so that it gets ::1 as it does.
+	err = inNetNS(ns, func() error {
+		return errors.Join(enableIPv6("lo"), enableIPv6(fakeNSIf))
+	})
+	if err := step("IPv6", err); err != nil {
+		return err
+	}
 	lo, err := h.LinkByName("lo")
 	if err := step("lo", err); err != nil {
 		return err
@@ -451,19 +528,39 @@ func (f *FakeInternet) configureNS(ns netns.NsHandle) error {
 	if err := step(fakeNSIf, err); err != nil {
 		return err
 	}
-	if err := step("address", h.AddrAdd(eth, &netlink.Addr{IPNet: prefixNet(f.nsSide)})); err != nil {
-		return err
+	for _, a := range []*netlink.Addr{
+		{IPNet: prefixNet(f.nsSide)},
+		{IPNet: prefixNet(f.nsSide6), Flags: unix.IFA_F_NODAD},
+	} {
+		if err := step("address "+a.IPNet.String(), h.AddrAdd(eth, a)); err != nil {
+			return err
+		}
 	}
 	if err := step(fakeNSIf+" up", h.LinkSetUp(eth)); err != nil {
 		return err
 	}
-	for _, a := range []netip.Addr{fakeHostA, fakeHostB, fakeDNS} {
-		if err := step("address "+a.String(), h.AddrAdd(lo, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(a, 32))})); err != nil {
+	for _, a := range []netip.Addr{fakeHostA, fakeHostB, fakeDNS, fakeHostA6} {
+		if err := step("address "+a.String(), h.AddrAdd(lo, hostAddr(a))); err != nil {
 			return err
 		}
 	}
-	def := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: f.hostSide.Addr().AsSlice()}
-	return step("default route", h.RouteAdd(def))
+	for _, gw := range []netip.Addr{f.hostSide.Addr(), f.hostSide6.Addr()} {
+		def := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: gw.AsSlice()}
+		if err := step("default route via "+gw.String(), h.RouteAdd(def)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hostAddr is a as a single-address netlink address, without duplicate
+// address detection for IPv6.
+func hostAddr(a netip.Addr) *netlink.Addr {
+	na := &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(a, a.BitLen()))}
+	if a.Is6() {
+		na.Flags = unix.IFA_F_NODAD
+	}
+	return na
 }
 
 // serve opens the servers' sockets inside the namespace and serves them
@@ -481,7 +578,7 @@ func (f *FakeInternet) serve(t testing.TB, ns netns.NsHandle) error {
 		}
 	})
 	err := inNetNS(ns, func() error {
-		for _, a := range []netip.Addr{fakeHostA, fakeHostB} {
+		for _, a := range []netip.Addr{fakeHostA, fakeHostB, fakeHostA6} {
 			var ls [3]net.Listener
 			for i, port := range []uint16{80, 443, 7000} {
 				l, err := net.Listen("tcp", netip.AddrPortFrom(a, port).String())
@@ -674,7 +771,8 @@ func (f *FakeInternet) serveEcho(l net.Listener) {
 
 // serveDNS answers for the names given to Resolve, authoritatively: an
 // unknown name is NXDOMAIN, a known name without a record of the asked
-// type (AAAA for an IPv4 name) is an empty NOERROR.
+// type (AAAA for an IPv4 name other than HostA) is an empty NOERROR. A
+// name resolved to HostA has HostA6 as its AAAA record.
 func (f *FakeInternet) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 	m := new(dns.Msg)
 	m.SetReply(q)
@@ -697,6 +795,9 @@ func (f *FakeInternet) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 		exists = exists || strings.HasSuffix(n, "."+name)
 	}
 	f.mu.Unlock()
+	if addr == fakeHostA && question.Qtype == dns.TypeAAAA {
+		addr = fakeHostA6
+	}
 
 	switch {
 	case ok && question.Qtype == dns.TypeA && addr.Is4():
@@ -756,7 +857,7 @@ func (f *FakeInternet) makeCA() error {
 	f.CA = x509.NewCertPool()
 	f.CA.AddCert(f.caCert)
 	f.CAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	f.leaf, err = f.mint(fakeCertNames, []netip.Addr{fakeHostA, fakeHostB})
+	f.leaf, err = f.mint(fakeCertNames, []netip.Addr{fakeHostA, fakeHostB, fakeHostA6})
 	return err
 }
 
@@ -838,15 +939,25 @@ func netPrefix(n *net.IPNet) (netip.Prefix, bool) {
 // closes connections. Tests use it for destinations that must stay
 // unreachable (a private address, the metadata address): whatever a
 // firewall under test does, the packets end in the test's namespace,
-// never on the host's network. Everything is undone at cleanup.
+// never on the host's network. addr may be IPv4 or IPv6. Everything is
+// undone at cleanup.
 func (f *FakeInternet) Own(t testing.TB, addr netip.Addr, port uint16) net.Listener {
 	t.Helper()
+	addr = addr.Unmap()
 	ns, err := netns.GetFromPath(f.NS)
 	if err != nil {
 		t.Fatalf("fake internet: %v", err)
 	}
 	defer ns.Close()
-	host := netip.PrefixFrom(addr, 32)
+	host := netip.PrefixFrom(addr, addr.BitLen())
+	gw := f.nsSide.Addr()
+	if addr.Is6() {
+		gw = f.nsSide6.Addr()
+	}
+	link, err := netlink.LinkByName(f.hostIf)
+	if err != nil {
+		t.Fatalf("fake internet: veth %s: %v", f.hostIf, err)
+	}
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
 		t.Fatalf("fake internet: %v", err)
@@ -856,10 +967,10 @@ func (f *FakeInternet) Own(t testing.TB, addr netip.Addr, port uint16) net.Liste
 	if err != nil {
 		t.Fatalf("fake internet: %v", err)
 	}
-	if err := h.AddrAdd(lo, &netlink.Addr{IPNet: prefixNet(host)}); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := h.AddrAdd(lo, hostAddr(addr)); err != nil && !errors.Is(err, unix.EEXIST) {
 		t.Fatalf("fake internet: address %s: %v", addr, err)
 	}
-	route := &netlink.Route{Dst: prefixNet(host), Gw: f.nsSide.Addr().AsSlice()}
+	route := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: prefixNet(host), Gw: gw.AsSlice()}
 	if err := netlink.RouteReplace(route); err != nil {
 		t.Fatalf("fake internet: route %s: %v", host, err)
 	}
@@ -869,7 +980,7 @@ func (f *FakeInternet) Own(t testing.TB, addr netip.Addr, port uint16) net.Liste
 		l, err = net.Listen("tcp", netip.AddrPortFrom(addr, port).String())
 		return err
 	}); err != nil {
-		t.Fatalf("fake internet: listen on %s:%d: %v", addr, port, err)
+		t.Fatalf("fake internet: listen on %s: %v", netip.AddrPortFrom(addr, port), err)
 	}
 	t.Cleanup(func() { l.Close() })
 	f.goServe(func() {
