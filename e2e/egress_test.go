@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lightbearco/tupper/internal/testutil"
+	"github.com/lightbearco/tupper/network"
 	"github.com/lightbearco/tupper/sdk"
 )
 
@@ -55,10 +56,21 @@ func TestEgress(t *testing.T) {
 
 	d := startServeDaemon(t, "--dns-upstream", fake.DNS.String(), "--upstream-ca", caFile)
 	secret := "tupper-secret-" + randomHex(t)
+	// Sandboxes get IPv6 when the host has an IPv6 route out; the
+	// scenario then checks it too.
+	var v6env []string
+	if network.HostHasIPv6Route() {
+		v6env = append(v6env, "FAKE_A6="+fake.HostA6.String())
+		if h := hostIPv6(t); h.IsValid() {
+			v6env = append(v6env, "HOST6="+h.String())
+		}
+	} else {
+		t.Log("the host has no IPv6 route out: sandboxes are IPv4 only, and the scenario checks that IPv6 fails at once")
+	}
 	t.Run("e2b@2.51.0", func(t *testing.T) {
-		runScript(t, node, dir, d, "egress.mjs", "e2b@2.51.0",
-			"FAKE_A="+fake.HostA.String(), "FAKE_B="+fake.HostB.String(), "FAKE_CA="+caFile,
-			"HOST_PORT="+hostPort, "PRIVATE_ADDR="+private.String()+":8080", "SECRET="+secret)
+		runScript(t, node, dir, d, "egress.mjs", "e2b@2.51.0", append([]string{
+			"FAKE_A=" + fake.HostA.String(), "FAKE_B=" + fake.HostB.String(), "FAKE_CA=" + caFile,
+			"HOST_PORT=" + hostPort, "PRIVATE_ADDR=" + private.String() + ":8080", "SECRET=" + secret}, v6env...)...)
 		found := false
 		for _, r := range fake.Requests() {
 			if r.Header.Get("X-Api-Key") == secret {
@@ -135,7 +147,6 @@ func TestEgress(t *testing.T) {
 		}
 	})
 
-
 	// A daemon killed and started again enforces the policies of the
 	// sandboxes it re-attaches to, with its new resolver and proxy.
 	t.Run("restart", func(t *testing.T) {
@@ -149,7 +160,7 @@ func TestEgress(t *testing.T) {
 			return &sdk.Client{Transport: tr}
 		}
 		sb, err := client().Create(ctx, sdk.CreateOptions{Network: &sdk.NetworkPolicy{
-			AllowOut: []string{"api.allowed.test"}, DenyOut: []string{sdk.DenyAllTraffic},
+			AllowOut: []string{"api.allowed.test"}, DenyOut: []string{sdk.DenyAllTraffic, "::/0"},
 		}})
 		if err != nil {
 			t.Fatal(err)
@@ -167,9 +178,10 @@ func TestEgress(t *testing.T) {
 			if _, err := sb.Commands.Run(ctx, "curl -sS --max-time 10 http://"+fake.HostB.String()+"/"); err == nil {
 				t.Errorf("%s: a denied address was reached", when)
 			}
-			// IPv6 has no route in a sandbox: it fails at once.
+			// IPv6 is denied (or, on a host without it, has no route): it
+			// fails at once.
 			res, err := sb.Commands.Run(ctx, `python3 -c 'import socket; socket.create_connection(("2001:db8::10", 80), timeout=5)'`)
-			if err == nil || !strings.Contains(errorText(err), "unreachable") {
+			if err == nil || !(strings.Contains(errorText(err), "unreachable") || strings.Contains(errorText(err), "refused")) {
 				t.Errorf("%s: IPv6 connect: %+v, %v", when, res, err)
 			}
 		}
@@ -181,6 +193,29 @@ func TestEgress(t *testing.T) {
 			t.Error(err)
 		}
 	})
+}
+
+// hostIPv6 returns a global IPv6 address of the host's own (not a
+// sandbox's veth), or the zero Addr.
+func hostIPv6(t *testing.T) netip.Addr {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range ifs {
+		if strings.HasPrefix(i.Name, network.DefaultIfPrefix) || i.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := i.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Is6() && !ip.Is4In6() && !ip.IsLinkLocalUnicast() {
+					return ip
+				}
+			}
+		}
+	}
+	return netip.Addr{}
 }
 
 // errorText returns err's message, or "" for nil.
@@ -198,4 +233,3 @@ func randomHex(t *testing.T) string {
 	}
 	return hex.EncodeToString(b)
 }
-

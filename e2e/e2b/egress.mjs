@@ -23,6 +23,10 @@ const env = (k) => {
   return v
 }
 const A = env('FAKE_A'), B = env('FAKE_B'), CA = fs.readFileSync(env('FAKE_CA'), 'utf8')
+// A6 is the fake internet's IPv6 server; HOST6 an IPv6 address of the
+// host's own. Both empty when the host has no IPv6 route out.
+const A6 = process.env.FAKE_A6 ?? '', HOST6 = process.env.HOST6 ?? ''
+const url6 = (path = '/') => `http://[${A6}]${path}`
 const HOST_PORT = env('HOST_PORT'), PRIVATE_ADDR = env('PRIVATE_ADDR'), SECRET = env('SECRET')
 const created = []
 
@@ -91,6 +95,21 @@ PY`)
   return r.out.trim()
 }
 
+// addr6 returns a sandbox's own IPv6 address and its gateway's (the one
+// before it: the host side of its /126).
+async function addr6(s) {
+  const r = await sh(s, `python3 - <<'PY'
+import ipaddress
+for line in open("/proc/net/if_inet6"):
+    f = line.split()
+    a = ipaddress.IPv6Address(int(f[0], 16))
+    if not a.is_link_local and not a.is_loopback:
+        print(a, a - 1)
+        break
+PY`)
+  return r.out.trim().split(/\s+/)
+}
+
 async function notConnected(s, host, port) {
   const r = await connect(s, host, port)
   assert.ok(r.startsWith('error'), `${host}:${port}: ${r} (want a refusal at once)`)
@@ -104,6 +123,12 @@ await step('default: the internet over HTTP and HTTPS, names through the sandbox
   await reaches(open, `http://${A}/`)
   await reaches(open, 'https://api.allowed.test/')
   await reaches(open, `http://${B}:80/`)
+  if (A6) {
+    await reaches(open, url6(), '-6')
+    await reaches(open, `https://[${A6}]/`, '-6')
+  } else {
+    await notConnected(open, '2001:db8::10', 80)
+  }
   const r = await sh(open, 'cat /etc/resolv.conf; getent hosts $(hostname)')
   assert.match(r.out, /nameserver 10\./, r.out)
   assert.match(r.out, new RegExp(`^10\\.[0-9.]+\\s+${open.sandboxId}$`, 'm'), `the sandbox's own name: ${r.out}`)
@@ -117,6 +142,7 @@ await step('allowInternetAccess: false reaches nothing, and fails at once', asyn
   await refused(s, `http://${A}/`)
   const r = await refused(s, 'https://api.allowed.test/')
   assert.equal(r.code, 6, `want "could not resolve" (6), got ${r.code}: ${r.out}`)
+  if (A6) await refused(s, url6(), '-6')
   const fq = await sh(s, `python3 -c 'import socket,time; t=time.time(); n=socket.getfqdn(); print(n, round(time.time()-t, 3))'`)
   assert.equal(fq.code, 0, fq.out)
   const miss = await sh(s, 'getent hosts missing.test')
@@ -130,6 +156,14 @@ await step('denyOut with a CIDR blocks only that range', async () => {
   await reaches(s, `http://${A}/`)
   await refused(s, `http://${B}/`)
   await notConnected(s, B, 7000)
+  if (A6) {
+    await reaches(s, url6(), '-6')
+    const s6 = await create({ network: { denyOut: ['::/0'] } })
+    await refused(s6, url6(), '-6')
+    await reaches(s6, `http://${A}/`)
+    const back = await create({ network: { denyOut: ['::/0'], allowOut: [A6] } })
+    await reaches(back, url6(), '-6')
+  }
 })
 
 await step('a domain allowlist admits its domain on 80 and 443 and refuses another on the same address', async () => {
@@ -148,6 +182,13 @@ await step('a domain allowlist admits its domain on 80 and 443 and refuses anoth
   await refused(s, 'https://api.allowed.test/', `--resolve api.allowed.test:443:${B}`)
   // Other ports follow the IP rules: denied.
   await notConnected(s, A, 7000)
+  // Domain checks run on IPv4: IPv6 to 80 and 443 is refused at once, and
+  // lookups give no AAAA records, so clients stay on IPv4.
+  if (A6) {
+    await notConnected(s, A6, 80)
+    const aaaa = await sh(s, 'getent ahostsv6 api.allowed.test || true')
+    assert.doesNotMatch(aaaa.out, /2001:db8/, aaaa.out)
+  }
 })
 
 await step('wildcards match subdomains', async () => {
@@ -164,7 +205,15 @@ await step('the host, the daemon, a neighbour, metadata and private addresses st
   const s = await create({ network: { allowOut: ['0.0.0.0/0'] } })
   const gw = (await sh(s, "awk '/^nameserver/{print $2}' /etc/resolv.conf")).out.trim()
   const [pip, pport] = PRIVATE_ADDR.split(':')
-  for (const [host, port] of [[gw, HOST_PORT], [gw, 22], [nip, 49983], ['169.254.169.254', 80], [pip, pport]]) {
+  const targets = [[gw, HOST_PORT], [gw, 22], [nip, 49983], ['169.254.169.254', 80], [pip, pport]]
+  if (A6) {
+    const [sb6, gw6] = await addr6(s)
+    const [n6] = await addr6(neighbour)
+    assert.ok(sb6 && n6, `sandboxes have no IPv6 address: ${sb6} ${n6}`)
+    targets.push([gw6, HOST_PORT], [n6, 49983])
+    if (HOST6) targets.push([HOST6, HOST_PORT])
+  }
+  for (const [host, port] of targets) {
     await notConnected(s, host, port)
   }
   await reaches(s, `http://${A}/`)

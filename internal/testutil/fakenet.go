@@ -2,13 +2,13 @@ package testutil
 
 import (
 	"bytes"
-	"encoding/binary"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/binary"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -120,8 +120,8 @@ type FakeInternet struct {
 	CA    *x509.CertPool
 	CAPEM []byte
 
-	name     string
-	hostIf   string
+	name      string
+	hostIf    string
 	hostSide  netip.Prefix // the host's address on the link, e.g. 203.0.113.249/30
 	nsSide    netip.Prefix // the namespace's address on the link
 	hostSide6 netip.Prefix // the same over IPv6, e.g. 2001:db8:ffff::1/126

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,8 +25,13 @@ import (
 // These tests send traffic only from the host to the fixture's namespace.
 
 // fakeClient returns an HTTP client that resolves names through the
-// fixture's DNS server and trusts its CA.
-func fakeClient(f *FakeInternet) *http.Client {
+// fixture's DNS server, trusts its CA and connects over network ("tcp4"
+// or "tcp6"; names have both A and AAAA records).
+//
+// Its connections close with a reset, and the idle ones when t ends,
+// before the fixture's cleanup: once the fixture's routes are gone, a
+// packet to its addresses would follow the host's default route.
+func fakeClient(t testing.TB, f *FakeInternet, network string) *http.Client {
 	r := &net.Resolver{
 		PreferGo: true,
 		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -34,13 +40,18 @@ func fakeClient(f *FakeInternet) *http.Client {
 		},
 	}
 	d := &net.Dialer{Timeout: 5 * time.Second, Resolver: r}
-	return &http.Client{
-		Timeout: 10 * time.Second,
-		Transport: &http.Transport{
-			DialContext:     d.DialContext,
-			TLSClientConfig: &tls.Config{RootCAs: f.CA},
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.SetLinger(0)
+			}
+			return c, err
 		},
+		TLSClientConfig: &tls.Config{RootCAs: f.CA},
 	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Timeout: 10 * time.Second, Transport: tr}
 }
 
 func get(t *testing.T, c *http.Client, url string, header http.Header) string {
@@ -69,7 +80,7 @@ func get(t *testing.T, c *http.Client, url string, header http.Header) string {
 
 func TestFakeInternet(t *testing.T) {
 	f := StartFakeInternet(t)
-	c := fakeClient(f)
+	c := fakeClient(t, f, "tcp4")
 
 	t.Run("http", func(t *testing.T) {
 		tests := []struct {
@@ -164,8 +175,70 @@ func TestFakeInternet(t *testing.T) {
 		}
 	})
 
+	t.Run("ipv6", func(t *testing.T) {
+		if f.HostA6 != netip.MustParseAddr("2001:db8::10") {
+			t.Fatalf("HostA6 = %s", f.HostA6)
+		}
+		c6 := fakeClient(t, f, "tcp6")
+		tests := []struct {
+			name, url, want string
+			server          string // the request's FakeRequest.Server
+		}{
+			{"http by address", "http://[2001:db8::10]/v6", "hello from 2001:db8::10 host=[2001:db8::10]\n", "[2001:db8::10]:80"},
+			{"https by address", "https://[2001:db8::10]/v6s", "hello from 2001:db8::10 host=[2001:db8::10]\n", "[2001:db8::10]:443"},
+			{"http by name", "http://www.allowed.test/v6n", "hello from 2001:db8::10 host=www.allowed.test\n", "[2001:db8::10]:80"},
+			{"https by name", "https://api.allowed.test/v6sn", "hello from 2001:db8::10 host=api.allowed.test\n", "[2001:db8::10]:443"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				if got := get(t, c6, tt.url, nil); got != tt.want {
+					t.Errorf("got %q, want %q", got, tt.want)
+				}
+				path := tt.url[strings.LastIndex(tt.url, "/"):]
+				var seen []netip.AddrPort
+				for _, r := range f.Requests() {
+					if r.Path == path {
+						seen = append(seen, r.Server)
+					}
+				}
+				if want := netip.MustParseAddrPort(tt.server); len(seen) != 1 || seen[0] != want {
+					t.Errorf("requests for %s came in on %v, want [%s]", path, seen, want)
+				}
+			})
+		}
+		// The certificate names the address.
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", "[2001:db8::10]:443", &tls.Config{RootCAs: f.CA})
+		if err != nil {
+			t.Fatalf("tls dial [2001:db8::10]:443: %v", err)
+		}
+		conn.Close()
+	})
+
+	t.Run("own", func(t *testing.T) {
+		for _, a := range []netip.Addr{netip.MustParseAddr("2001:db8:1::7"), netip.MustParseAddr("192.0.2.7")} {
+			t.Run(a.String(), func(t *testing.T) {
+				l := f.Own(t, a, 8080)
+				if got, want := l.Addr().String(), netip.AddrPortFrom(a, 8080).String(); got != want {
+					t.Errorf("listener at %s, want %s", got, want)
+				}
+				conn, err := net.DialTimeout("tcp", netip.AddrPortFrom(a, 8080).String(), 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A reset at close: nothing is left to send once the
+				// route goes at the end of the subtest.
+				defer conn.Close()
+				conn.(*net.TCPConn).SetLinger(0)
+				conn.SetDeadline(time.Now().Add(5 * time.Second))
+				if n, err := conn.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+					t.Errorf("read from %s: %d, %v; want the listener to close", a, n, err)
+				}
+			})
+		}
+	})
+
 	t.Run("echo", func(t *testing.T) {
-		for _, a := range []netip.Addr{f.HostA, f.HostB} {
+		for _, a := range []netip.Addr{f.HostA, f.HostB, f.HostA6} {
 			conn, err := net.DialTimeout("tcp", netip.AddrPortFrom(a, 7000).String(), 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
@@ -192,7 +265,12 @@ func TestFakeInternet(t *testing.T) {
 			{"A case-insensitive", "Other.TEST", dns.TypeA, dns.RcodeSuccess, "198.51.100.10"},
 			{"A deep", "sub.api.allowed.test", dns.TypeA, dns.RcodeSuccess, "198.51.100.10"},
 			{"A host B", "b.test", dns.TypeA, dns.RcodeSuccess, "203.0.113.10"},
-			{"AAAA is empty", "api.allowed.test", dns.TypeAAAA, dns.RcodeSuccess, ""},
+			{"AAAA", "api.allowed.test", dns.TypeAAAA, dns.RcodeSuccess, "2001:db8::10"},
+			{"AAAA other", "other.test", dns.TypeAAAA, dns.RcodeSuccess, "2001:db8::10"},
+			{"AAAA www", "www.allowed.test", dns.TypeAAAA, dns.RcodeSuccess, "2001:db8::10"},
+			{"AAAA deep", "sub.api.allowed.test", dns.TypeAAAA, dns.RcodeSuccess, "2001:db8::10"},
+			{"AAAA host B is empty", "b.test", dns.TypeAAAA, dns.RcodeSuccess, ""},
+			{"AAAA parent is empty", "allowed.test", dns.TypeAAAA, dns.RcodeSuccess, ""},
 			{"parent of a name exists", "allowed.test", dns.TypeA, dns.RcodeSuccess, ""},
 			{"unknown", "nope.test", dns.TypeA, dns.RcodeNameError, ""},
 			{"outside test", "example.com", dns.TypeA, dns.RcodeNameError, ""},
@@ -217,6 +295,18 @@ func TestFakeInternet(t *testing.T) {
 			if rcode, got := lookup(t, f, "udp", name, dns.TypeA); rcode != dns.RcodeSuccess || got != want {
 				t.Errorf("%s: got %s %q, want %q", name, dns.RcodeToString[rcode], got, want)
 			}
+		}
+		// Away from host A, a name loses its AAAA record; an IPv6 address
+		// gives it one and no A record.
+		if rcode, got := lookup(t, f, "udp", "api.allowed.test", dns.TypeAAAA); rcode != dns.RcodeSuccess || got != "" {
+			t.Errorf("AAAA api.allowed.test at host B: got %s %q, want none", dns.RcodeToString[rcode], got)
+		}
+		f.Resolve("six.example", netip.MustParseAddr("2001:db8::10"))
+		if rcode, got := lookup(t, f, "udp", "six.example", dns.TypeAAAA); rcode != dns.RcodeSuccess || got != "2001:db8::10" {
+			t.Errorf("AAAA six.example: got %s %q", dns.RcodeToString[rcode], got)
+		}
+		if rcode, got := lookup(t, f, "udp", "six.example", dns.TypeA); rcode != dns.RcodeSuccess || got != "" {
+			t.Errorf("A six.example: got %s %q, want none", dns.RcodeToString[rcode], got)
 		}
 		// HTTPS to a name the fixed certificate does not cover.
 		if got, want := get(t, c, "https://new.example/", nil), "hello from 203.0.113.10 host=new.example\n"; got != want {
@@ -255,9 +345,12 @@ func lookup(t *testing.T, f *FakeInternet, network, name string, qtype uint16) (
 // that the next one works.
 func TestFakeInternetCleanup(t *testing.T) {
 	var first *FakeInternet
+	owned := netip.MustParseAddr("2001:db8:1::8")
 	t.Run("first", func(t *testing.T) {
 		first = StartFakeInternet(t)
-		get(t, fakeClient(first), "http://198.51.100.10/", nil)
+		get(t, fakeClient(t, first, "tcp4"), "http://198.51.100.10/", nil)
+		get(t, fakeClient(t, first, "tcp6"), "http://[2001:db8::10]/", nil)
+		first.Own(t, owned, 9)
 	})
 	if first == nil {
 		t.Fatal("first fixture did not start")
@@ -282,15 +375,32 @@ func TestFakeInternetCleanup(t *testing.T) {
 			}
 		}
 	}
-	addrs, _ := netlink.AddrList(nil, unix.AF_INET)
+	routes6, err := netlink.RouteList(nil, unix.AF_INET6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range routes6 {
+		if r.Dst == nil {
+			continue
+		}
+		if ones, _ := r.Dst.Mask.Size(); ones == 0 {
+			continue // the host's default route
+		}
+		for _, a := range []netip.Addr{first.HostA6, owned, first.hostSide6.Masked().Addr()} {
+			if r.Dst.Contains(a.AsSlice()) {
+				t.Errorf("IPv6 route left behind: %v", r)
+			}
+		}
+	}
+	addrs, _ := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	for _, a := range addrs {
-		if a.IP.Equal(first.hostSide.Addr().AsSlice()) {
+		if a.IP.Equal(first.hostSide.Addr().AsSlice()) || a.IP.Equal(first.hostSide6.Addr().AsSlice()) {
 			t.Errorf("address left behind: %v", a)
 		}
 	}
 
 	second := StartFakeInternet(t)
-	if got, want := get(t, fakeClient(second), "https://b.test/again", nil), "hello from 203.0.113.10 host=b.test\n"; got != want {
+	if got, want := get(t, fakeClient(t, second, "tcp4"), "https://b.test/again", nil), "hello from 203.0.113.10 host=b.test\n"; got != want {
 		t.Errorf("second fixture: got %q, want %q", got, want)
 	}
 	if n := len(second.Requests()); n != 1 {
