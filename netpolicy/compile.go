@@ -25,7 +25,7 @@ func Compile(p *Policy) *Compiled {
 	}
 	for _, e := range p.AllowOut {
 		if n, ok := prefixOf(e); ok {
-			c.allowNets = append(c.allowNets, n)
+			c.allowNets = append(c.allowNets, allTraffic(n)...)
 		} else if suffix, ok := strings.CutPrefix(e, "*."); ok {
 			c.allowSuffix = append(c.allowSuffix, "."+suffix)
 		} else {
@@ -34,11 +34,21 @@ func Compile(p *Policy) *Compiled {
 	}
 	for _, e := range p.DenyOut {
 		if n, ok := prefixOf(e); ok {
-			c.denyNets = append(c.denyNets, n)
+			c.denyNets = append(c.denyNets, allTraffic(n)...)
 		}
 	}
 	c.rules = p.Rules
 	return c
+}
+
+// allTraffic returns n, and with it ::/0 when n is 0.0.0.0/0: E2B's SDKs
+// spell "all traffic" as 0.0.0.0/0, and a sandbox that has IPv6 must not
+// keep it open because the policy was written for IPv4.
+func allTraffic(n netip.Prefix) []netip.Prefix {
+	if n.Bits() == 0 && n.Addr().Is4() {
+		return []netip.Prefix{n, netip.PrefixFrom(netip.IPv6Unspecified(), 0)}
+	}
+	return []netip.Prefix{n}
 }
 
 func prefixOf(e string) (netip.Prefix, bool) {

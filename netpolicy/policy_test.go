@@ -103,7 +103,8 @@ func TestDecide(t *testing.T) {
 		{"allowed ip", "203.0.113.7", "other.test", true, `allowOut "203.0.113.7/32"`},
 		{"most specific deny names the rule", "198.51.100.200", "", false, `denyOut "198.51.100.0/24"`},
 		{"deny all", "203.0.113.8", "", false, `denyOut "0.0.0.0/0"`},
-		{"v6 not denied by a v4 deny-all", "2001:db8::1", "", true, "default"},
+		// E2B's "all traffic" is 0.0.0.0/0: it covers IPv6 too.
+		{"v6 denied by the deny-all", "2001:db8::1", "", false, `denyOut "::/0"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -200,5 +201,16 @@ func TestMarshalRulesRedacted(t *testing.T) {
 	got := string(p.MarshalRulesRedacted())
 	if strings.Contains(got, "SECRET") || !strings.Contains(got, "Authorization") {
 		t.Errorf("redacted rules = %s", got)
+	}
+}
+
+func TestAllTrafficCoversIPv6(t *testing.T) {
+	c := Compile(&Policy{AllowOut: []string{"0.0.0.0/0"}, DenyOut: []string{"2001:db8::/32"}})
+	if v := c.IPVerdict(netip.MustParseAddr("2001:db8::1")); !v.Allowed {
+		t.Errorf("allowOut 0.0.0.0/0 does not allow IPv6: %+v", v)
+	}
+	c = Compile(&Policy{DenyOut: []string{"2001:db8::/32"}})
+	if v := c.IPVerdict(netip.MustParseAddr("2001:db9::1")); !v.Allowed {
+		t.Errorf("an IPv6 deny of one range denies another: %+v", v)
 	}
 }

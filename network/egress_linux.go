@@ -38,6 +38,7 @@ type Egress struct {
 
 	baseMu   sync.Mutex
 	baseDone bool
+	v6Done   bool // IPv6 forwarding is on
 
 	mu    sync.RWMutex
 	byID  map[string]*sandboxNet
@@ -132,6 +133,14 @@ func (e *Egress) Apply(ctx context.Context, ep *Endpoint) error {
 	if err := enableEgressSysctls(ep.HostIf); err != nil {
 		return fmt.Errorf("egress: %w", err)
 	}
+	if ep.SandboxAddr6.IsValid() {
+		if err := e.ensureIPv6(ctx); err != nil {
+			return err
+		}
+		if err := enableEgressSysctls6(ep.HostIf); err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+	}
 	pol := netpolicy.Compile(ep.Egress)
 	sb := newSandboxNet(ep, pol, e.log)
 	if err := e.install(ctx, sb, pol); err != nil {
@@ -204,7 +213,7 @@ func (e *Egress) Denials(id string) []netpolicy.Denial {
 func (e *Egress) install(ctx context.Context, sb *sandboxNet, pol *netpolicy.Compiled) error {
 	forbidden := e.refreshForbidden()
 	names, err := applySandboxFirewall(ctx, &sandboxFirewall{
-		HostIf: sb.hostIf, SandboxAddr: sb.addr, HostAddr: sb.gw, Policy: pol,
+		HostIf: sb.hostIf, SandboxAddr: sb.addr, HostAddr: sb.gw, SandboxAddr6: sb.addr6, HostAddr6: sb.gw6, Policy: pol,
 		Forbidden: forbidden, Exempt: e.cfg.Exempt,
 		DNSPort: e.dns.Port(), ProxyPort: e.proxy.Port(), LogGroup: e.cfg.LogGroup,
 	})
@@ -227,6 +236,21 @@ func (e *Egress) ensureBase(ctx context.Context) error {
 		return fmt.Errorf("egress: %w", err)
 	}
 	e.baseDone = true
+	return nil
+}
+
+// ensureIPv6 turns IPv6 forwarding on, once, for the first sandbox that
+// has IPv6.
+func (e *Egress) ensureIPv6(ctx context.Context) error {
+	e.baseMu.Lock()
+	defer e.baseMu.Unlock()
+	if e.v6Done {
+		return nil
+	}
+	if err := ensureIPv6Forwarding(ctx); err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	e.v6Done = true
 	return nil
 }
 

@@ -39,7 +39,7 @@ type sandboxNet struct {
 	gw     netip.Addr // the host side of its veth: its resolver and gateway
 	// addr6 and gw6 are the same for IPv6; zero when the sandbox has none.
 	addr6, gw6 netip.Addr
-	log    *slog.Logger
+	log        *slog.Logger
 
 	mu      sync.Mutex
 	policy  *netpolicy.Compiled

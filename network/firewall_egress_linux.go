@@ -4,9 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"math/bits"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/lightbearco/tupper/errdefs"
@@ -18,6 +18,12 @@ type sandboxFirewall struct {
 	HostIf      string     // host side veth name, e.g. "tp0a1b2c3d4e5f"
 	SandboxAddr netip.Addr // e.g. 10.213.4.2
 	HostAddr    netip.Addr // e.g. 10.213.4.1 (the sandbox's gateway and resolver address)
+	// SandboxAddr6 is the sandbox's IPv6 address, e.g. fd74:7570:7065::2;
+	// zero when the sandbox has no IPv6, which refuses every IPv6 packet
+	// it sends. HostAddr6 is its gateway's, e.g. fd74:7570:7065::1; it may
+	// be zero.
+	SandboxAddr6 netip.Addr
+	HostAddr6    netip.Addr
 	// Policy is the sandbox's egress policy; nil allows everything that
 	// is not Forbidden.
 	Policy    *netpolicy.Compiled
@@ -38,7 +44,12 @@ const denyLogPrefix = "tpd"
 // Rule names of the denials that are not a denyOut entry.
 const (
 	ruleAlwaysDenied = "always denied"
-	ruleIPv6         = "IPv6 egress is not supported"
+	// ruleNoIPv6 refuses IPv6 from a sandbox that has no IPv6 address.
+	ruleNoIPv6 = "IPv6 egress is not available to this sandbox"
+	// ruleIPv6Web refuses IPv6 HTTP(S) when the policy inspects it: the
+	// egress proxy is reached over IPv4 only, and a reset at once sends
+	// clients that try both families to IPv4 without waiting.
+	ruleIPv6Web = "IPv6 to ports 80 and 443 under a domain policy (use IPv4)"
 )
 
 // Chain names of a sandbox: its forward filter, its denial chain, its
@@ -54,7 +65,9 @@ func natChain(hostIf string) string  { return "n_" + hostIf }
 
 // applySandboxFirewall installs or atomically replaces the chains of fw.HostIf (one nft transaction).
 // It returns the human-readable names of the rules that can deny, indexed as encoded in the log prefix,
-// e.g. []string{"always denied", `denyOut "0.0.0.0/0"`, "IPv6 egress is not supported"}.
+// e.g. []string{"always denied", `denyOut "0.0.0.0/0"`, `denyOut "::/0"`} for a sandbox with IPv6, or
+// []string{"always denied", `denyOut "0.0.0.0/0"`, "IPv6 egress is not available to this sandbox"}
+// for one without.
 //
 // The forward chain is evaluated on every packet the sandbox sends, not
 // only on new flows: a replace that denies a destination cuts established
@@ -135,6 +148,14 @@ func (fw *sandboxFirewall) validate() error {
 	if fw.HostAddr.IsValid() && !fw.HostAddr.Is4() {
 		errs = append(errs, fmt.Sprintf("host address %v must be IPv4", fw.HostAddr))
 	}
+	for _, a := range []struct {
+		name string
+		addr netip.Addr
+	}{{"sandbox", fw.SandboxAddr6}, {"host", fw.HostAddr6}} {
+		if a.addr.IsValid() && (!a.addr.Is6() || a.addr.Is4In6() || a.addr.Zone() != "") {
+			errs = append(errs, fmt.Sprintf("%s IPv6 address %v must be IPv6, without a zone", a.name, a.addr))
+		}
+	}
 	for _, p := range slices.Concat(fw.Forbidden, fw.Exempt) {
 		if !p.IsValid() {
 			errs = append(errs, "an invalid prefix in Forbidden or Exempt")
@@ -151,13 +172,15 @@ func (fw *sandboxFirewall) validate() error {
 // chains, and the names of its denying rules by index.
 //
 // The destinations a sandbox may not reach are worked out here, as
-// disjoint IPv4 ranges, rather than rule by rule in the kernel: Forbidden
-// less Exempt (rule 0), then denyOut less allowOut, each address named by
-// the most specific denyOut entry that holds it (rules 1..n), as
+// disjoint IPv4 and IPv6 ranges, rather than rule by rule in the kernel:
+// Forbidden less Exempt (rule 0), then denyOut less allowOut, each address
+// named by the most specific denyOut entry that holds it (rules 1..n), as
 // netpolicy's IPVerdict names it. The forward chain then needs one set
-// lookup per packet whatever the size of the policy, and only denied
-// packets go through the per-rule log rules. IPv6 is denied whole (rule
-// n+1).
+// lookup per packet and family whatever the size of the policy, and only
+// denied packets go through the per-rule log rules. A sandbox without an
+// IPv6 address is refused IPv6 whole (rule n+1); one with an address is
+// refused IPv6 to TCP ports 80 and 443 when the policy inspects them
+// (rule n+1), since only IPv4 reaches the egress proxy.
 func sandboxRules(fw *sandboxFirewall) (script string, ruleNames []string, err error) {
 	if err := fw.validate(); err != nil {
 		return "", nil, err
@@ -168,6 +191,17 @@ func sandboxRules(fw *sandboxFirewall) (script string, ruleNames []string, err e
 	}
 	d := computeDenials(fw.Forbidden, fw.Exempt, pol.AllowNets(), pol.DenyNets())
 	ruleNames = d.names
+	has6 := fw.SandboxAddr6.IsValid()
+	web6 := has6 && pol.Inspects()
+	extra := len(ruleNames) // the index of ruleNoIPv6 or ruleIPv6Web
+	switch {
+	case !has6:
+		ruleNames = append(ruleNames, ruleNoIPv6)
+	case web6:
+		ruleNames = append(ruleNames, ruleIPv6Web)
+	}
+	all := d.all()
+	all4, all6 := familyRanges(all, false), familyRanges(all, true)
 
 	var b strings.Builder
 	w := func(format string, args ...any) {
@@ -188,27 +222,46 @@ func sandboxRules(fw *sandboxFirewall) (script string, ruleNames []string, err e
 	// A spoofed source (gVisor allows raw sockets) would be masqueraded
 	// as the host's own traffic; rp_filter catches most, this the rest.
 	w("add rule %s %s ip saddr != %s drop", t, f, fw.SandboxAddr)
+	if has6 {
+		w("add rule %s %s ip6 saddr != %s drop", t, f, fw.SandboxAddr6)
+	}
 	// One sandbox must not fill the host's connection tracking table,
 	// which every sandbox and the host itself share.
 	w("add rule %s %s ct state new ct count over %d goto %s", t, f, maxForwardedFlows, dn)
-	if all := d.all(); len(all) > 0 {
-		w("add rule %s %s ip daddr { %s } goto %s", t, f, formatRanges(all), dn)
+	if len(all4) > 0 {
+		w("add rule %s %s ip daddr { %s } goto %s", t, f, formatRanges(all4), dn)
 	}
 	w("add rule %s %s meta nfproto ipv4 accept", t, f)
+	log := func(chain, match string, idx int) {
+		if fw.LogGroup != 0 {
+			w(`add rule %s %s %s limit rate %s log group %d prefix "%s %s %d" comment "%s"`,
+				t, chain, match, denyLogRate, fw.LogGroup, denyLogPrefix, fw.HostIf, idx, nftComment(ruleNames[idx]))
+		}
+	}
+	if has6 {
+		if len(all6) > 0 {
+			w("add rule %s %s ip6 daddr { %s } goto %s", t, f, formatRanges(all6), dn)
+		}
+		if web6 {
+			const web = "meta nfproto ipv6 tcp dport { 80, 443 }"
+			log(f, web, extra)
+			w("add rule %s %s %s reject with tcp reset", t, f, web)
+		}
+		w("add rule %s %s meta nfproto ipv6 accept", t, f)
+	}
 	w("add rule %s %s goto %s", t, f, dn)
 
 	// Deny: log which rule denied (when asked), then refuse at once.
-	if fw.LogGroup != 0 {
-		log := func(match string, idx int) {
-			w(`add rule %s %s %s limit rate %s log group %d prefix "%s %s %d" comment "%s"`,
-				t, dn, match, denyLogRate, fw.LogGroup, denyLogPrefix, fw.HostIf, idx, nftComment(ruleNames[idx]))
+	for i, rs := range d.byRule {
+		if r4 := familyRanges(rs, false); len(r4) > 0 {
+			log(dn, "ip daddr { "+formatRanges(r4)+" }", i)
 		}
-		for i, rs := range d.byRule {
-			if len(rs) > 0 {
-				log("ip daddr { "+formatRanges(rs)+" }", i)
-			}
+		if r6 := familyRanges(rs, true); has6 && len(r6) > 0 {
+			log(dn, "ip6 daddr { "+formatRanges(r6)+" }", i)
 		}
-		log("meta nfproto ipv6", len(ruleNames)-1)
+	}
+	if !has6 {
+		log(dn, "meta nfproto ipv6", extra)
 	}
 	w("add rule %s %s meta l4proto tcp reject with tcp reset", t, dn)
 	w("add rule %s %s reject with icmpx admin-prohibited", t, dn)
@@ -224,8 +277,8 @@ func sandboxRules(fw *sandboxFirewall) (script string, ruleNames []string, err e
 	}
 	if pol.Inspects() && fw.ProxyPort != 0 {
 		not := ""
-		if len(d.forbidden) > 0 {
-			not = " ip daddr != { " + formatRanges(d.forbidden) + " }"
+		if f4 := familyRanges(d.forbidden, false); len(f4) > 0 {
+			not = " ip daddr != { " + formatRanges(f4) + " }"
 		}
 		w("add rule %s %s %s tcp dport { 80, 443 }%s dnat ip to 127.0.0.1:%d", t, n, from, not, fw.ProxyPort)
 	}
@@ -240,12 +293,12 @@ func nftComment(s string) string {
 	return strings.ReplaceAll(s, `"`, "'")
 }
 
-// denials are the IPv4 destinations a sandbox may not reach, by the rule
-// that denies them.
+// denials are the destinations a sandbox may not reach, of both families,
+// by the rule that denies them.
 type denials struct {
-	names     []string      // rule names by index
+	names     []string      // rule names by index: rule 0, then the denyOut prefixes
 	forbidden []addrRange   // Forbidden less Exempt: rule 0
-	byRule    [][]addrRange // by rule index; disjoint; the last (IPv6) is empty
+	byRule    [][]addrRange // by rule index; disjoint
 }
 
 // all returns every denied range, merged.
@@ -257,14 +310,15 @@ func (d *denials) all() []addrRange {
 	return mergeRanges(all)
 }
 
-// computeDenials works out which rule denies which IPv4 destination.
-// IPv6 prefixes in the lists are ignored: IPv6 is denied whole.
+// computeDenials works out which rule denies which destination, IPv4 and
+// IPv6 alike: Forbidden less Exempt is rule 0, then each distinct denyOut
+// prefix, in the policy's order, is a rule that holds what it denies (less
+// allowOut and rule 0) and no more specific denyOut prefix does.
 func computeDenials(forbidden, exempt, allow, deny []netip.Prefix) *denials {
 	d := &denials{names: []string{ruleAlwaysDenied}}
 	d.forbidden = subtractRanges(rangesOf(forbidden), rangesOf(exempt))
 	d.byRule = [][]addrRange{d.forbidden}
 
-	// One rule per distinct IPv4 denyOut prefix, in the policy's order.
 	type entry struct {
 		p   netip.Prefix
 		idx int
@@ -273,7 +327,7 @@ func computeDenials(forbidden, exempt, allow, deny []netip.Prefix) *denials {
 	seen := map[netip.Prefix]bool{}
 	for _, p := range deny {
 		p = p.Masked()
-		if !p.Addr().Is4() || seen[p] {
+		if !p.IsValid() || seen[p] {
 			continue
 		}
 		seen[p] = true
@@ -281,11 +335,10 @@ func computeDenials(forbidden, exempt, allow, deny []netip.Prefix) *denials {
 		d.names = append(d.names, `denyOut "`+p.String()+`"`)
 		d.byRule = append(d.byRule, nil)
 	}
-	d.names = append(d.names, ruleIPv6)
-	d.byRule = append(d.byRule, nil)
 
 	// What the policy denies and rule 0 does not already, handed out to
-	// the most specific prefix first.
+	// the most specific prefix first. Prefixes of the two families never
+	// share an address, so their order between each other does not matter.
 	left := subtractRanges(subtractRanges(rangesOf(deny), rangesOf(allow)), d.forbidden)
 	slices.SortStableFunc(entries, func(a, b entry) int { return cmp.Compare(b.p.Bits(), a.p.Bits()) })
 	for _, e := range entries {
@@ -296,43 +349,79 @@ func computeDenials(forbidden, exempt, allow, deny []netip.Prefix) *denials {
 	return d
 }
 
-// addrRange is an inclusive range of IPv4 addresses, as integers.
-type addrRange struct{ lo, hi uint32 }
+// addrRange is an inclusive range of addresses of one family: lo and hi
+// are both IPv4 or both IPv6 (IPv4-mapped IPv6 addresses are IPv6), and lo
+// is not after hi. netip.Addr orders every IPv4 address before every IPv6
+// one, so a sorted list of ranges holds the IPv4 ranges first, and the
+// arithmetic below never joins ranges across families.
+type addrRange struct{ lo, hi netip.Addr }
 
-func addrToUint(a netip.Addr) uint32 {
-	b := a.As4()
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+// lastAddr returns the last address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr()
+	if a.Is4() {
+		b := a.As4()
+		setHostBits(b[:], p.Bits())
+		return netip.AddrFrom4(b)
+	}
+	b := a.As16()
+	setHostBits(b[:], p.Bits())
+	return netip.AddrFrom16(b)
 }
 
-func uintToAddr(v uint32) netip.Addr {
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+// setHostBits sets the bits of b after the first bits.
+func setHostBits(b []byte, bits int) {
+	for i := range b {
+		switch {
+		case bits >= 8*(i+1):
+		case bits <= 8*i:
+			b[i] = 0xff
+		default:
+			b[i] |= 0xff >> (bits - 8*i)
+		}
+	}
 }
 
-// rangesOf returns the IPv4 prefixes of ps as merged ranges.
+// rangesOf returns the prefixes of ps as merged ranges.
 func rangesOf(ps []netip.Prefix) []addrRange {
 	var rs []addrRange
 	for _, p := range ps {
 		p = p.Masked()
-		if !p.IsValid() || !p.Addr().Is4() {
+		if !p.IsValid() {
 			continue
 		}
-		lo := addrToUint(p.Addr())
-		hi := lo | uint32(uint64(1)<<(32-p.Bits())-1)
-		rs = append(rs, addrRange{lo, hi})
+		rs = append(rs, addrRange{p.Addr(), lastAddr(p)})
 	}
 	return mergeRanges(rs)
+}
+
+// familyRanges returns the ranges of rs that are IPv6 when v6 is set,
+// else those that are IPv4.
+func familyRanges(rs []addrRange, v6 bool) []addrRange {
+	var out []addrRange
+	for _, r := range rs {
+		if r.lo.Is6() == v6 {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // mergeRanges sorts rs and merges overlapping and adjacent ranges, which
 // nft would otherwise refuse as overlapping elements of one set.
 func mergeRanges(rs []addrRange) []addrRange {
 	rs = slices.Clone(rs)
-	slices.SortFunc(rs, func(a, b addrRange) int { return cmp.Compare(a.lo, b.lo) })
+	slices.SortFunc(rs, func(a, b addrRange) int { return a.lo.Compare(b.lo) })
 	var out []addrRange
 	for _, r := range rs {
-		if n := len(out); n > 0 && (out[n-1].hi == ^uint32(0) || r.lo <= out[n-1].hi+1) {
-			out[n-1].hi = max(out[n-1].hi, r.hi)
-			continue
+		if n := len(out); n > 0 && out[n-1].hi.BitLen() == r.lo.BitLen() {
+			// next is invalid after the family's last address.
+			if next := out[n-1].hi.Next(); !next.IsValid() || r.lo.Compare(next) <= 0 {
+				if out[n-1].hi.Less(r.hi) {
+					out[n-1].hi = r.hi
+				}
+				continue
+			}
 		}
 		out = append(out, r)
 	}
@@ -344,18 +433,20 @@ func subtractRanges(a, b []addrRange) []addrRange {
 	var out []addrRange
 	j := 0
 	for _, r := range a {
-		lo := uint64(r.lo)
-		for j < len(b) && b[j].hi < r.lo {
+		for j < len(b) && b[j].hi.Less(r.lo) {
 			j++
 		}
-		for k := j; k < len(b) && b[k].lo <= r.hi && lo <= uint64(r.hi); k++ {
-			if uint64(b[k].lo) > lo {
-				out = append(out, addrRange{uint32(lo), b[k].lo - 1})
+		// Any b[k] that reaches this far overlaps r, so is of r's family.
+		lo, more := r.lo, true
+		for k := j; more && k < len(b) && !r.hi.Less(b[k].lo); k++ {
+			if lo.Less(b[k].lo) {
+				out = append(out, addrRange{lo, b[k].lo.Prev()})
 			}
-			lo = uint64(b[k].hi) + 1
+			lo = b[k].hi.Next()
+			more = lo.IsValid() // b[k] ends the family
 		}
-		if lo <= uint64(r.hi) {
-			out = append(out, addrRange{uint32(lo), r.hi})
+		if more && !r.hi.Less(lo) {
+			out = append(out, addrRange{lo, r.hi})
 		}
 	}
 	return out
@@ -366,11 +457,18 @@ func intersectRanges(a, b []addrRange) []addrRange {
 	var out []addrRange
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
-		lo, hi := max(a[i].lo, b[j].lo), min(a[i].hi, b[j].hi)
-		if lo <= hi {
+		lo, hi := a[i].lo, a[i].hi
+		if lo.Less(b[j].lo) {
+			lo = b[j].lo
+		}
+		if b[j].hi.Less(hi) {
+			hi = b[j].hi
+		}
+		// Ranges of different families give lo after hi.
+		if !hi.Less(lo) {
 			out = append(out, addrRange{lo, hi})
 		}
-		if a[i].hi < b[j].hi {
+		if a[i].hi.Less(b[j].hi) {
 			i++
 		} else {
 			j++
@@ -390,13 +488,29 @@ func formatRanges(rs []addrRange) string {
 }
 
 func formatRange(r addrRange) string {
-	size := uint64(r.hi) - uint64(r.lo) + 1
-	if size&(size-1) == 0 && uint64(r.lo)%size == 0 {
-		p := netip.PrefixFrom(uintToAddr(r.lo), 32-bits.TrailingZeros64(size))
-		if p.Bits() == 32 {
-			return p.Addr().String()
+	// The prefix that starts at lo and ends at hi, if there is one.
+	for bits := r.lo.BitLen(); bits >= 0; bits-- {
+		p := netip.PrefixFrom(r.lo, bits)
+		if p.Masked().Addr() != r.lo {
+			break
 		}
-		return p.String()
+		if last := lastAddr(p); last == r.hi {
+			if bits == r.lo.BitLen() {
+				return nftAddr(r.lo)
+			}
+			return nftAddr(r.lo) + "/" + strconv.Itoa(bits)
+		} else if r.hi.Less(last) {
+			break
+		}
 	}
-	return uintToAddr(r.lo).String() + "-" + uintToAddr(r.hi).String()
+	return nftAddr(r.lo) + "-" + nftAddr(r.hi)
+}
+
+// nftAddr writes a as nft reads it. An IPv4-mapped IPv6 address is
+// written in hexadecimal, as netip's dotted tail could be taken for IPv4.
+func nftAddr(a netip.Addr) string {
+	if a.Is4In6() {
+		return a.StringExpanded()
+	}
+	return a.String()
 }

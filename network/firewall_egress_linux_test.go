@@ -37,17 +37,24 @@ import (
 var (
 	testSandboxNet  = netip.MustParsePrefix("10.251.0.0/16")
 	testInternetNet = netip.MustParsePrefix("198.51.100.0/24")
+	// IPv6 links pair with the /30s of the IPv4 ones, as the pool's do:
+	// sandbox and private links in a /64 of the pool's ULA /48 that no
+	// pool uses, the internet link in a documentation range.
+	testSandboxNet6  = netip.MustParsePrefix("fd74:7570:7065:fb::/64")
+	testInternetNet6 = netip.MustParsePrefix("2001:db8:ffff::/64")
 )
 
 // testLink is a network namespace the test made, joined to the host by a
 // veth pair: the host side carries hostAddr (.1 of a /30), eth0 inside
-// carries addr (.2).
+// carries addr (.2); with addIPv6, hostAddr6 and addr6 (::1 and ::2 of a
+// /126).
 type testLink struct {
-	ns       string
-	hostIf   string
-	hostAddr netip.Prefix
-	addr     netip.Prefix
-	slot     int
+	ns               string
+	hostIf           string
+	hostAddr         netip.Prefix
+	addr             netip.Prefix
+	hostAddr6, addr6 netip.Prefix
+	slot             int
 }
 
 // randomIfName returns prefix and hex digits, 13 characters in all.
@@ -137,6 +144,54 @@ func makeTestLink(t *testing.T, ifPrefix string, subnet netip.Prefix) *testLink 
 		t.Fatal(err)
 	}
 	return l
+}
+
+// addIPv6 gives the link the slot6 pair of its /30 in subnet6 and, with
+// route, the namespace a default route through the host side (without
+// one, the namespace answers only its own link: what the host forwards to
+// it must be masqueraded). The addresses skip duplicate address
+// detection, which would hold them back for a second.
+func (l *testLink) addIPv6(t *testing.T, subnet6 netip.Prefix, route bool) {
+	t.Helper()
+	l.hostAddr6, l.addr6 = slot6(subnet6, l.slot)
+	for _, k := range []struct{ key, value string }{{"accept_ra", "0"}, {"disable_ipv6", "0"}} {
+		if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+l.hostIf+"/"+k.key, []byte(k.value), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link, err := netlink.LinkByName(l.hostIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: ipNet(l.hostAddr6), Flags: unix.IFA_F_NODAD}); err != nil {
+		t.Fatalf("address %s on %s: %v", l.hostAddr6, l.hostIf, err)
+	}
+	err = l.in(func() error {
+		// /proc/sys/net is the namespace of the thread that opens it.
+		for _, k := range []struct{ key, value string }{{"accept_ra", "0"}, {"accept_dad", "0"}, {"disable_ipv6", "0"}} {
+			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+SandboxIfName+"/"+k.key, []byte(k.value), 0o644); err != nil {
+				return err
+			}
+		}
+		eth, err := netlink.LinkByName(SandboxIfName)
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(l.addr6), Flags: unix.IFA_F_NODAD}); err != nil {
+			return fmt.Errorf("address %s: %w", l.addr6, err)
+		}
+		if !route {
+			return nil
+		}
+		return netlink.RouteAdd(&netlink.Route{
+			LinkIndex: eth.Attrs().Index,
+			Dst:       ipNet(netip.MustParsePrefix("::/0")),
+			Gw:        l.hostAddr6.Addr().AsSlice(),
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // in runs f in the link's namespace.
@@ -417,7 +472,12 @@ func TestEgressBase(t *testing.T) {
 		t.Fatalf("nft list: %v: %s", err, out)
 	}
 	_, recErr := os.Stat(ipForwardRecord)
-	guard := strings.Contains(string(out), "iifname != @sbxif oifname != @sbxif drop")
+	guard := false // for IPv4; TestIPv6Forwarding checks the IPv6 one
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "iifname != @sbxif oifname != @sbxif drop") && !strings.Contains(line, "nfproto ipv6") {
+			guard = true
+		}
+	}
 	if guard != (recErr == nil) {
 		t.Errorf("guard rule present %v, but %s: %v", guard, ipForwardRecord, recErr)
 	}
@@ -459,7 +519,7 @@ func TestEgressFirewall(t *testing.T) {
 
 	t.Run("forbidden", func(t *testing.T) {
 		names := e.apply(t, nil)
-		if want := []string{ruleAlwaysDenied, ruleIPv6}; !slices.Equal(names, want) {
+		if want := []string{ruleAlwaysDenied, ruleNoIPv6}; !slices.Equal(names, want) {
 			t.Errorf("rule names %q, want %q", names, want)
 		}
 		e.wantRefused(t, e.hostSvc)
@@ -702,6 +762,440 @@ func TestEgressFirewall(t *testing.T) {
 		// Removing what never existed is fine too.
 		if err := removeSandboxFirewall(ctx, randomIfName("tp")); err != nil {
 			t.Error(err)
+		}
+	})
+}
+
+// egressEnv6 is an egressEnv whose sandbox, internet and private network
+// have IPv6 too, with IPv6 forwarding on.
+type egressEnv6 struct {
+	*egressEnv
+	inet6, inet6Alt netip.Addr // 2001:db8::10:n and 2001:db8:1::10:n, inside inet, routed by the host
+
+	hostSvc6    netip.AddrPort // on the sandbox's host side IPv6 address
+	inetSvc6    netip.AddrPort // on inet6
+	altSvc6     netip.AddrPort // on inet6Alt
+	linkSvc6    netip.AddrPort // on inet's own link address: on a network the host is attached to
+	privSvc6    netip.AddrPort // on priv's ULA address
+	inetHostSvc netip.AddrPort // on the host's address on inet's link
+}
+
+func newEgressEnv6(t *testing.T) *egressEnv6 {
+	t.Helper()
+	e := &egressEnv6{egressEnv: newEgressEnv(t)}
+	if err := ensureIPv6Forwarding(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.sbx.addIPv6(t, testSandboxNet6, true)
+	e.priv.addIPv6(t, testSandboxNet6, false)
+	e.inet.addIPv6(t, testInternetNet6, false)
+	if err := enableEgressSysctls6(e.sbx.hostIf); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two "internet" addresses inside inet, as unique as its /30, each
+	// routed from the host through inet's link address only: nothing
+	// else of 2001:db8::/32 is routed anywhere.
+	at := func(base string) netip.Addr {
+		b := netip.MustParseAddr(base).As16()
+		b[15] = byte(e.inet.slot)
+		return netip.AddrFrom16(b)
+	}
+	e.inet6, e.inet6Alt = at("2001:db8::10:0"), at("2001:db8:1::10:0")
+	err := e.inet.in(func() error {
+		eth, err := netlink.LinkByName(SandboxIfName)
+		if err != nil {
+			return err
+		}
+		for _, a := range []netip.Addr{e.inet6, e.inet6Alt} {
+			if err := netlink.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(a, 128)), Flags: unix.IFA_F_NODAD}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := netlink.LinkByName(e.inet.hostIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []netip.Addr{e.inet6, e.inet6Alt} {
+		route := &netlink.Route{
+			LinkIndex: link.Attrs().Index,
+			Dst:       ipNet(netip.PrefixFrom(a, 128)),
+			Gw:        e.inet.addr6.Addr().AsSlice(),
+		}
+		if err := netlink.RouteAdd(route); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { netlink.RouteDel(route) })
+	}
+
+	e.hostSvc6 = listenIn(t, "", e.sbx.hostAddr6.Addr().String(), sayHello)
+	e.inetSvc6 = listenIn(t, e.inet.ns, e.inet6.String(), sayHello)
+	e.altSvc6 = listenIn(t, e.inet.ns, e.inet6Alt.String(), sayHello)
+	e.linkSvc6 = listenIn(t, e.inet.ns, e.inet.addr6.Addr().String(), sayHello)
+	e.privSvc6 = listenIn(t, e.priv.ns, e.priv.addr6.Addr().String(), sayHello)
+	e.inetHostSvc = listenIn(t, "", e.inet.hostAddr6.Addr().String(), sayHello)
+	return e
+}
+
+// firewall6 is firewall with the sandbox's IPv6 addresses, and with the
+// host's own IPv6 addresses and the networks they are on forbidden, as
+// Egress forbids them.
+func (e *egressEnv6) firewall6(mod func(*sandboxFirewall)) func(*sandboxFirewall) {
+	return func(fw *sandboxFirewall) {
+		fw.SandboxAddr6 = e.sbx.addr6.Addr()
+		fw.HostAddr6 = e.sbx.hostAddr6.Addr()
+		for _, p := range []netip.Prefix{e.sbx.hostAddr6, e.inet.hostAddr6} {
+			fw.Forbidden = append(fw.Forbidden, netip.PrefixFrom(p.Addr(), 128), p.Masked())
+		}
+		if mod != nil {
+			mod(fw)
+		}
+	}
+}
+
+func (e *egressEnv6) apply6(t *testing.T, mod func(*sandboxFirewall)) []string {
+	t.Helper()
+	return e.apply(t, e.firewall6(mod))
+}
+
+// listenPortIn listens on TCP addr:port in the namespace at path and says
+// hello to each connection.
+func listenPortIn(t *testing.T, path string, addr netip.Addr, port uint16) netip.AddrPort {
+	t.Helper()
+	var ln net.Listener
+	err := inNetNS(path, func() error {
+		var err error
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, port).String())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			sayHello(c)
+			c.Close()
+		}
+	}()
+	return netip.AddrPortFrom(addr, port)
+}
+
+func TestIPv6Forwarding(t *testing.T) {
+	requireRoot(t)
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("needs nft")
+	}
+	ctx := context.Background()
+	if err := ensureEgressBase(ctx, DefaultIfPrefix); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := ensureIPv6Forwarding(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/net/ipv6/conf/all/forwarding"); err != nil || strings.TrimSpace(string(b)) != "1" {
+		t.Errorf("net.ipv6.conf.all.forwarding = %q, %v; want 1", b, err)
+	}
+	out, err := exec.Command("nft", "list", "chain", "inet", firewallTable, "forward").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list: %v: %s", err, out)
+	}
+	_, err4 := os.Stat(ipForwardRecord)
+	rec6, err6 := os.ReadFile(ipv6ForwardRecord)
+	want := ""
+	switch {
+	case err4 == nil && err6 == nil:
+		want = "\t\tiifname != @sbxif oifname != @sbxif drop"
+	case err4 == nil:
+		want = "\t\tmeta nfproto ipv4 iifname != @sbxif oifname != @sbxif drop"
+	case err6 == nil:
+		want = "\t\tmeta nfproto ipv6 iifname != @sbxif oifname != @sbxif drop"
+	}
+	guards := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "iifname != @sbxif oifname != @sbxif drop") {
+			guards++
+			if line != want {
+				t.Errorf("guard rule %q, want %q (records: IPv4 %v, IPv6 %v)", line, want, err4, err6)
+			}
+		}
+	}
+	if guards != min(1, len(want)) {
+		t.Errorf("%d guard rules, want %q:\n%s", guards, want, out)
+	}
+	// What the record says was raised to 2 stays there.
+	for _, line := range strings.Split(string(rec6), "\n") {
+		names, ok := strings.CutPrefix(line, "tupper set accept_ra from 1 to 2 on: ")
+		if !ok {
+			continue
+		}
+		for _, name := range strings.Fields(names) {
+			b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + name + "/accept_ra")
+			if err == nil && strings.TrimSpace(string(b)) == "1" {
+				t.Errorf("accept_ra of %s is 1 again", name)
+			}
+		}
+	}
+}
+
+func TestKeepAcceptingRA(t *testing.T) {
+	dir := t.TempDir()
+	for name, v := range map[string]string{"all": "1", "default": "1", "eth0": "0", "eth1": "1", "wlan0": "2"} {
+		os.MkdirAll(filepath.Join(dir, name), 0o755)
+		if err := os.WriteFile(filepath.Join(dir, name, "accept_ra"), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.MkdirAll(filepath.Join(dir, "gone"), 0o755) // an interface that went away meanwhile
+	note, err := keepAcceptingRA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "tupper set accept_ra from 1 to 2 on: all default eth1"; note != want {
+		t.Errorf("note %q, want %q", note, want)
+	}
+	for name, want := range map[string]string{"all": "2", "default": "2", "eth0": "0", "eth1": "2", "wlan0": "2"} {
+		b, _ := os.ReadFile(filepath.Join(dir, name, "accept_ra"))
+		if got := strings.TrimSpace(string(b)); got != want {
+			t.Errorf("accept_ra of %s = %q, want %q", name, got, want)
+		}
+	}
+	if note, err := keepAcceptingRA(dir); note != "" || err != nil {
+		t.Errorf("second run: %q, %v; want nothing", note, err)
+	}
+}
+
+func TestEgressSysctls6(t *testing.T) {
+	requireRoot(t)
+	l := makeTestLink(t, "tzs", testSandboxNet)
+	if err := enableEgressSysctls6(l.hostIf); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"forwarding": "1", "disable_ipv6": "0", "accept_ra": "0"} {
+		path := "/proc/sys/net/ipv6/conf/" + l.hostIf + "/" + key
+		if b, err := os.ReadFile(path); err != nil || strings.TrimSpace(string(b)) != want {
+			t.Errorf("%s = %q, %v; want %s", path, b, err, want)
+		}
+	}
+	if err := enableEgressSysctls6("../all"); err == nil {
+		t.Error("enableEgressSysctls6 accepted a path")
+	}
+}
+
+func TestEgressFirewallIPv6(t *testing.T) {
+	e := newEgressEnv6(t)
+	ctx := context.Background()
+
+	t.Run("no chain reaches nothing", func(t *testing.T) {
+		e.wantRefused(t, e.inetSvc6)
+		e.wantRefused(t, e.hostSvc6)
+	})
+
+	t.Run("no policy", func(t *testing.T) {
+		names := e.apply6(t, nil)
+		if want := []string{ruleAlwaysDenied}; !slices.Equal(names, want) {
+			t.Errorf("rule names %q, want %q", names, want)
+		}
+		e.wantReach(t, e.inetSvc6)
+		e.wantReach(t, e.altSvc6)
+		e.wantReach(t, e.inetSvc)
+	})
+
+	t.Run("forbidden", func(t *testing.T) {
+		e.apply6(t, nil)
+		for _, dst := range []netip.AddrPort{
+			e.hostSvc6,    // the host side's own ULA address
+			e.inetHostSvc, // another of the host's addresses
+			e.privSvc6,    // fc00::/7, routed through the host
+			e.linkSvc6,    // on a network the host is attached to
+		} {
+			e.wantRefused(t, dst)
+		}
+	})
+
+	t.Run("denyOut ::/0 refuses", func(t *testing.T) {
+		e.apply6(t, func(fw *sandboxFirewall) { fw.Policy = policy(t, nil, []string{"::/0"}) })
+		e.wantRefused(t, e.inetSvc6)
+		e.wantRefused(t, e.altSvc6)
+		e.wantReach(t, e.inetSvc)
+	})
+
+	t.Run("allowOut wins over denyOut", func(t *testing.T) {
+		e.apply6(t, func(fw *sandboxFirewall) {
+			fw.Policy = policy(t, []string{e.inet6.String()}, []string{"::/0"})
+		})
+		e.wantReach(t, e.inetSvc6)
+		e.wantRefused(t, e.altSvc6)
+	})
+
+	t.Run("exempt lifts forbidden", func(t *testing.T) {
+		e.apply6(t, func(fw *sandboxFirewall) { fw.Exempt = []netip.Prefix{e.priv.addr6.Masked()} })
+		e.wantReach(t, e.privSvc6)
+		e.wantRefused(t, e.hostSvc6)
+	})
+
+	t.Run("a spoofed source is dropped", func(t *testing.T) {
+		e.apply6(t, nil)
+		// The /126's last address, unused: the sandbox gives it to itself.
+		spoof := e.sbx.addr6.Addr().Next()
+		err := e.sbx.in(func() error {
+			eth, err := netlink.LinkByName(SandboxIfName)
+			if err != nil {
+				return err
+			}
+			addr := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(spoof, 128)), Flags: unix.IFA_F_NODAD}
+			if err := netlink.AddrAdd(eth, addr); err != nil {
+				return err
+			}
+			// Later connects would choose it as their source.
+			defer netlink.AddrDel(eth, addr)
+			// Long enough for a SYN retry: the host must first find the
+			// new address's neighbour.
+			d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{IP: spoof.AsSlice()}}
+			c, err := d.Dial("tcp", e.inetSvc6.String())
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		if err == nil || errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("a connect from %s: %v, want a timeout", spoof, err)
+		}
+	})
+
+	t.Run("HTTP over IPv6 is refused when the policy inspects", func(t *testing.T) {
+		web := []netip.AddrPort{listenPortIn(t, e.inet.ns, e.inet6, 80), listenPortIn(t, e.inet.ns, e.inet6, 443)}
+		e.apply6(t, nil)
+		for _, dst := range web {
+			e.wantReach(t, dst)
+		}
+		names := e.apply6(t, func(fw *sandboxFirewall) { fw.Policy = policy(t, []string{"example.com"}, nil) })
+		if want := []string{ruleAlwaysDenied, ruleIPv6Web}; !slices.Equal(names, want) {
+			t.Errorf("rule names %q, want %q", names, want)
+		}
+		for _, dst := range web {
+			e.wantRefused(t, dst)
+		}
+		// Other ports go straight out.
+		e.wantReach(t, e.inetSvc6)
+	})
+
+	t.Run("a sandbox without IPv6 is refused all of it", func(t *testing.T) {
+		names := e.apply(t, nil) // no SandboxAddr6
+		if want := []string{ruleAlwaysDenied, ruleNoIPv6}; !slices.Equal(names, want) {
+			t.Errorf("rule names %q, want %q", names, want)
+		}
+		e.wantRefused(t, e.inetSvc6)
+		e.wantRefused(t, e.altSvc6)
+		e.wantReach(t, e.inetSvc)
+	})
+
+	t.Run("MSS is clamped to the route", func(t *testing.T) {
+		e.apply6(t, nil)
+		link, err := netlink.LinkByName(e.inet.hostIf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkSetMTU(link, 1400); err != nil {
+			t.Fatal(err)
+		}
+		defer netlink.LinkSetMTU(link, 1500)
+		mss := make(chan int, 1)
+		svc := listenIn(t, e.inet.ns, e.inet6.String(), func(c net.Conn) {
+			raw, _ := c.(*net.TCPConn).SyscallConn()
+			raw.Control(func(fd uintptr) {
+				v, _ := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG)
+				mss <- v
+			})
+			sayHello(c)
+		})
+		e.wantReach(t, svc)
+		// 1400 less 60 bytes of headers, less TCP options; unclamped the
+		// veth's 1500 would give 1440.
+		select {
+		case got := <-mss:
+			if got > 1340 || got < 1280 {
+				t.Errorf("the server sees an MSS of %d, want the 1400 MTU's (at most 1340)", got)
+			}
+		case <-time.After(3 * time.Second):
+			t.Error("the server saw no connection")
+		}
+	})
+
+	t.Run("denials are logged", func(t *testing.T) {
+		group := logGroupFor(t.TempDir())
+		type denial struct {
+			hostIf string
+			idx    int
+			proto  string
+			dst    netip.AddrPort
+		}
+		got := make(chan denial, 64)
+		stop, err := listenDenials(ctx, group, func(hostIf string, idx int, proto string, dst netip.AddrPort) {
+			select {
+			case got <- denial{hostIf, idx, proto, dst}:
+			default:
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		web := listenPortIn(t, e.inet.ns, e.inet6Alt, 443)
+		for _, tc := range []struct {
+			name   string
+			mod    func(*sandboxFirewall)
+			dst    netip.AddrPort
+			rule   string
+			wantAt int
+		}{
+			{"most specific denyOut", e.firewall6(func(fw *sandboxFirewall) {
+				fw.Policy = policy(t, nil, []string{"::/0", "2001:db8:1::/48", "0.0.0.0/0"})
+			}), e.altSvc6, `denyOut "2001:db8:1::/48"`, 2},
+			{"the wider denyOut", e.firewall6(func(fw *sandboxFirewall) {
+				fw.Policy = policy(t, nil, []string{"::/0", "2001:db8:1::/48", "0.0.0.0/0"})
+			}), e.inetSvc6, `denyOut "::/0"`, 1},
+			{"always denied", e.firewall6(nil), e.privSvc6, ruleAlwaysDenied, 0},
+			{"HTTP under a domain policy", e.firewall6(func(fw *sandboxFirewall) {
+				fw.Policy = policy(t, []string{"example.com"}, []string{"10.0.0.0/8"})
+			}), web, ruleIPv6Web, 2},
+			{"no IPv6", func(*sandboxFirewall) {}, e.inetSvc6, ruleNoIPv6, 1},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				names := e.apply(t, func(fw *sandboxFirewall) {
+					tc.mod(fw)
+					fw.LogGroup = group
+				})
+				if idx := slices.Index(names, tc.rule); idx != tc.wantAt {
+					t.Errorf("rule %q at %d of %q, want %d", tc.rule, idx, names, tc.wantAt)
+				}
+				e.wantRefused(t, tc.dst)
+				want := denial{e.sbx.hostIf, tc.wantAt, "tcp", tc.dst}
+				select {
+				case d := <-got:
+					if d != want {
+						t.Errorf("denial %+v, want %+v (%s)", d, want, tc.rule)
+					}
+				case <-time.After(3 * time.Second):
+					t.Errorf("no denial logged for %s", tc.dst)
+				}
+				// A SYN may be retried; forget the repeats.
+				time.Sleep(50 * time.Millisecond)
+				for len(got) > 0 {
+					<-got
+				}
+			})
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,34 +44,52 @@ func hasRule(script, want string) bool {
 
 func TestFirewallRulesText(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		guard  bool
-		want   []string
-		unwant []string
+		name           string
+		prefix         string
+		guard4, guard6 bool
+		want           []string
+		unwant         []string
 	}{
 		{
-			name: "no guard",
+			name:   "no guard",
+			prefix: "tp",
 			want: []string{
 				`add element inet tupper sbxif { "tp*" }`,
 				"add map inet tupper sbxfwd { type ifname : verdict; }",
 				"add rule inet tupper input iifname @sbxif ct status dnat ip daddr 127.0.0.1 accept",
+				"add rule inet tupper input iifname @sbxif icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept",
 				"add rule inet tupper input iifname @sbxif goto refuse",
 				"add rule inet tupper forward oifname @sbxif drop",
+				// No family: the clamp and the masquerade hold for IPv6 too.
 				"add rule inet tupper forward iifname @sbxif tcp flags syn tcp option maxseg size set rt mtu",
 				"add rule inet tupper forward iifname @sbxif iifname vmap @sbxfwd",
 				"add rule inet tupper prerouting iifname @sbxif iifname vmap @sbxpre",
 				"add rule inet tupper postrouting iifname @sbxif oifname != @sbxif masquerade",
 			},
-			unwant: []string{"iifname != @sbxif oifname != @sbxif drop", "flush map", "flush set"},
+			unwant: []string{"oifname != @sbxif drop", "flush map", "flush set"},
 		},
 		{
-			name:  "guard",
-			guard: true,
-			want:  []string{"add rule inet tupper forward iifname != @sbxif oifname != @sbxif drop"},
+			name:   "guard for both families",
+			prefix: "tp",
+			guard4: true, guard6: true,
+			want: []string{"add rule inet tupper forward iifname != @sbxif oifname != @sbxif drop"},
+		},
+		{
+			name:   "guard for IPv4",
+			prefix: "tp",
+			guard4: true,
+			want:   []string{"add rule inet tupper forward meta nfproto ipv4 iifname != @sbxif oifname != @sbxif drop"},
+			unwant: []string{"nfproto ipv6 iifname"},
+		},
+		{
+			name:   "guard for IPv6, no prefix",
+			guard6: true,
+			want:   []string{"add rule inet tupper forward meta nfproto ipv6 iifname != @sbxif oifname != @sbxif drop"},
+			unwant: []string{"add element", "nfproto ipv4 iifname"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := firewallRules("tp", tc.guard)
+			got := firewallRules(tc.prefix, tc.guard4, tc.guard6)
 			for _, w := range tc.want {
 				if !hasRule(got, w) {
 					t.Errorf("rules lack %q:\n%s", w, got)
@@ -79,6 +98,13 @@ func TestFirewallRulesText(t *testing.T) {
 			for _, w := range tc.unwant {
 				if strings.Contains(got, w) {
 					t.Errorf("rules hold %q:\n%s", w, got)
+				}
+			}
+			// Only the DNAT and neighbour discovery name a family.
+			for _, line := range strings.Split(got, "\n") {
+				if strings.Contains(line, "ip ") && !strings.Contains(line, "dnat") ||
+					strings.Contains(line, "ip6 ") && !strings.Contains(line, "icmpv6") {
+					t.Errorf("a rule of one family: %q", line)
 				}
 			}
 		})
@@ -99,11 +125,12 @@ func TestSandboxRulesText(t *testing.T) {
 		modify    func(fw *sandboxFirewall)
 		wantNames []string
 		want      []string
+		ordered   bool // want's lines appear in this order
 		unwant    []string
 	}{
 		{
 			name:      "allow all, no log",
-			wantNames: []string{ruleAlwaysDenied, ruleIPv6},
+			wantNames: []string{ruleAlwaysDenied, ruleNoIPv6},
 			want: []string{
 				"add rule inet tupper f_tpabc ip saddr != 10.213.4.2 drop",
 				"add rule inet tupper f_tpabc ip daddr { 10.0.0.0/8, 127.0.0.0/8 } goto d_tpabc",
@@ -126,14 +153,17 @@ func TestSandboxRulesText(t *testing.T) {
 				})
 				fw.LogGroup = 40001
 			},
-			wantNames: []string{ruleAlwaysDenied, `denyOut "0.0.0.0/0"`, `denyOut "198.51.100.0/24"`, ruleIPv6},
+			// 0.0.0.0/0 is all traffic: ::/0 comes with it.
+			wantNames: []string{ruleAlwaysDenied, `denyOut "0.0.0.0/0"`, `denyOut "::/0"`, `denyOut "198.51.100.0/24"`, ruleNoIPv6},
 			want: []string{
 				"add rule inet tupper f_tpabc ip daddr { 0.0.0.0-203.0.113.6, 203.0.113.8-255.255.255.255 } goto d_tpabc",
 				`add rule inet tupper d_tpabc ip daddr { 10.0.0.0/8, 127.0.0.0/8 } limit rate 20/second log group 40001 prefix "tpd tpabc 0" comment "always denied"`,
-				`add rule inet tupper d_tpabc ip daddr { 198.51.100.0/24 } limit rate 20/second log group 40001 prefix "tpd tpabc 2" comment "denyOut '198.51.100.0/24'"`,
-				`add rule inet tupper d_tpabc meta nfproto ipv6 limit rate 20/second log group 40001 prefix "tpd tpabc 3" comment "IPv6 egress is not supported"`,
+				`add rule inet tupper d_tpabc ip daddr { 198.51.100.0/24 } limit rate 20/second log group 40001 prefix "tpd tpabc 3" comment "denyOut '198.51.100.0/24'"`,
+				`add rule inet tupper d_tpabc meta nfproto ipv6 limit rate 20/second log group 40001 prefix "tpd tpabc 4" comment "IPv6 egress is not available to this sandbox"`,
 				"add rule inet tupper n_tpabc meta nfproto ipv4 ip saddr 10.213.4.2 tcp dport { 80, 443 } ip daddr != { 10.0.0.0/8, 127.0.0.0/8 } dnat ip to 127.0.0.1:8080",
 			},
+			// Without an IPv6 address, IPv6 is refused whole.
+			unwant: []string{"ip6 ", "meta nfproto ipv6 accept", "tcp dport { 80, 443 } reject"},
 		},
 		{
 			name: "exempt lifts forbidden, policy still denies",
@@ -143,12 +173,64 @@ func TestSandboxRulesText(t *testing.T) {
 				fw.LogGroup = 7
 				fw.DNSPort = 0
 			},
-			wantNames: []string{ruleAlwaysDenied, `denyOut "10.2.3.0/24"`, ruleIPv6},
+			wantNames: []string{ruleAlwaysDenied, `denyOut "10.2.3.0/24"`, ruleNoIPv6},
 			want: []string{
 				"add rule inet tupper f_tpabc ip daddr { 10.0.0.0/16, 10.2.3.0/24, 10.3.0.0-10.255.255.255, 127.0.0.0/8 } goto d_tpabc",
 				`prefix "tpd tpabc 1"`,
 			},
 			unwant: []string{"dport 53", "127.0.0.1:8080"},
+		},
+		{
+			name: "IPv6, allow all, no log",
+			modify: func(fw *sandboxFirewall) {
+				fw.SandboxAddr6 = netip.MustParseAddr("fd74:7570:7065::2")
+				fw.HostAddr6 = netip.MustParseAddr("fd74:7570:7065::1")
+			},
+			wantNames: []string{ruleAlwaysDenied},
+			want: []string{
+				"add rule inet tupper f_tpabc ip saddr != 10.213.4.2 drop",
+				"add rule inet tupper f_tpabc ip6 saddr != fd74:7570:7065::2 drop",
+				"add rule inet tupper f_tpabc ct state new ct count over 8192 goto d_tpabc",
+				"add rule inet tupper f_tpabc ip daddr { 10.0.0.0/8, 127.0.0.0/8 } goto d_tpabc",
+				"add rule inet tupper f_tpabc meta nfproto ipv4 accept",
+				"add rule inet tupper f_tpabc ip6 daddr { fc00::/7 } goto d_tpabc",
+				"add rule inet tupper f_tpabc meta nfproto ipv6 accept",
+				"add rule inet tupper f_tpabc goto d_tpabc",
+				"add rule inet tupper d_tpabc meta l4proto tcp reject with tcp reset",
+			},
+			ordered: true,
+			unwant:  []string{" log ", "dport { 80, 443 }", "nfproto ipv6 drop"},
+		},
+		{
+			name: "IPv6, deny all but one, logged, with domains",
+			modify: func(fw *sandboxFirewall) {
+				fw.SandboxAddr6 = netip.MustParseAddr("fd74:7570:7065::2")
+				fw.Policy = compile(t, &netpolicy.Policy{
+					AllowOut: []string{"2001:db8::10", "example.com"},
+					DenyOut:  []string{"::/0", "2001:db8::/32", "0.0.0.0/0"},
+				})
+				fw.LogGroup = 9
+			},
+			wantNames: []string{ruleAlwaysDenied, `denyOut "::/0"`, `denyOut "2001:db8::/32"`, `denyOut "0.0.0.0/0"`, ruleIPv6Web},
+			want: []string{
+				"add rule inet tupper f_tpabc ip6 saddr != fd74:7570:7065::2 drop",
+				"add rule inet tupper f_tpabc ip daddr { 0.0.0.0/0 } goto d_tpabc",
+				"add rule inet tupper f_tpabc meta nfproto ipv4 accept",
+				"add rule inet tupper f_tpabc ip6 daddr { ::-2001:db8::f, 2001:db8::11-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff } goto d_tpabc",
+				`add rule inet tupper f_tpabc meta nfproto ipv6 tcp dport { 80, 443 } limit rate 20/second log group 9 prefix "tpd tpabc 4" comment "IPv6 to ports 80 and 443 under a domain policy (use IPv4)"`,
+				"add rule inet tupper f_tpabc meta nfproto ipv6 tcp dport { 80, 443 } reject with tcp reset",
+				"add rule inet tupper f_tpabc meta nfproto ipv6 accept",
+				"add rule inet tupper f_tpabc goto d_tpabc",
+				`add rule inet tupper d_tpabc ip daddr { 10.0.0.0/8, 127.0.0.0/8 } limit rate 20/second log group 9 prefix "tpd tpabc 0" comment "always denied"`,
+				`add rule inet tupper d_tpabc ip6 daddr { fc00::/7 } limit rate 20/second log group 9 prefix "tpd tpabc 0" comment "always denied"`,
+				`add rule inet tupper d_tpabc ip6 daddr { ::-2001:db7:ffff:ffff:ffff:ffff:ffff:ffff, 2001:db9::-fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff, fe00::/7 } limit rate 20/second log group 9 prefix "tpd tpabc 1" comment "denyOut '::/0'"`,
+				`add rule inet tupper d_tpabc ip6 daddr { 2001:db8::/124, 2001:db8::11-2001:db8:ffff:ffff:ffff:ffff:ffff:ffff } limit rate 20/second log group 9 prefix "tpd tpabc 2" comment "denyOut '2001:db8::/32'"`,
+				`add rule inet tupper d_tpabc ip daddr { 0.0.0.0-9.255.255.255, 11.0.0.0-126.255.255.255, 128.0.0.0/1 } limit rate 20/second log group 9 prefix "tpd tpabc 3" comment "denyOut '0.0.0.0/0'"`,
+				"add rule inet tupper d_tpabc meta l4proto tcp reject with tcp reset",
+				"add rule inet tupper n_tpabc meta nfproto ipv4 ip saddr 10.213.4.2 tcp dport { 80, 443 } ip daddr != { 10.0.0.0/8, 127.0.0.0/8 } dnat ip to 127.0.0.1:8080",
+			},
+			ordered: true,
+			unwant:  []string{ruleNoIPv6, "dnat ip6"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -166,6 +248,17 @@ func TestSandboxRulesText(t *testing.T) {
 			for _, w := range tc.want {
 				if !hasRule(script, w) {
 					t.Errorf("rules lack %q:\n%s", w, script)
+				}
+			}
+			if tc.ordered {
+				lines := strings.Split(script, "\n")
+				at := -1
+				for _, w := range tc.want {
+					i := slices.Index(lines, w)
+					if i >= 0 && i < at {
+						t.Errorf("%q comes before the line wanted before it:\n%s", w, script)
+					}
+					at = max(at, i)
 				}
 			}
 			for _, w := range tc.unwant {
@@ -187,6 +280,10 @@ func TestSandboxRulesRejectBadInput(t *testing.T) {
 		{"too long interface", sandboxFirewall{HostIf: "tp0123456789abcdef", SandboxAddr: netip.MustParseAddr("10.0.0.2")}},
 		{"no sandbox address", sandboxFirewall{HostIf: "tp1"}},
 		{"IPv6 sandbox address", sandboxFirewall{HostIf: "tp1", SandboxAddr: netip.MustParseAddr("fd00::2")}},
+		{"IPv4 as IPv6 sandbox address", sandboxFirewall{HostIf: "tp1", SandboxAddr: netip.MustParseAddr("10.0.0.2"), SandboxAddr6: netip.MustParseAddr("10.0.0.3")}},
+		{"IPv4-mapped IPv6 sandbox address", sandboxFirewall{HostIf: "tp1", SandboxAddr: netip.MustParseAddr("10.0.0.2"), SandboxAddr6: netip.MustParseAddr("::ffff:10.0.0.3")}},
+		{"IPv6 sandbox address with a zone", sandboxFirewall{HostIf: "tp1", SandboxAddr: netip.MustParseAddr("10.0.0.2"), SandboxAddr6: netip.MustParseAddr("fe80::2%eth0")}},
+		{"IPv4 as IPv6 host address", sandboxFirewall{HostIf: "tp1", SandboxAddr: netip.MustParseAddr("10.0.0.2"), SandboxAddr6: netip.MustParseAddr("fd00::2"), HostAddr6: netip.MustParseAddr("10.0.0.1")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, _, err := sandboxRules(&tc.fw); err == nil {
@@ -196,21 +293,13 @@ func TestSandboxRulesRejectBadInput(t *testing.T) {
 	}
 }
 
-// TestComputeDenialsMatchesPolicy checks the ranges the firewall denies
-// against a direct reading of the rules: Exempt lifts Forbidden, then
-// netpolicy's IPVerdict decides and names the rule.
-func TestComputeDenialsMatchesPolicy(t *testing.T) {
-	forbidden := append(netpolicy.AlwaysDenied(), prefixes("192.0.2.2/32", "192.0.2.0/24")...)
-	exempt := prefixes("10.20.0.0/16", "169.254.169.254/32")
-	pol := compile(t, &netpolicy.Policy{
-		AllowOut: []string{"203.0.113.0/25", "10.20.30.0/24", "8.8.8.8", "api.example.com"},
-		DenyOut:  []string{"0.0.0.0/0", "203.0.113.0/24", "203.0.113.0/24", "10.20.0.0/16", "8.0.0.0/7", "::/0"},
-	})
+// checkDenialRanges checks the ranges computeDenials gives against a direct
+// reading of the rules at each probe: Exempt lifts Forbidden, then
+// netpolicy's IPVerdict decides and names the rule. Probes are added at
+// the edges of every prefix involved.
+func checkDenialRanges(t *testing.T, forbidden, exempt []netip.Prefix, pol *netpolicy.Compiled, probes []netip.Addr) {
+	t.Helper()
 	d := computeDenials(forbidden, exempt, pol.AllowNets(), pol.DenyNets())
-	want := []string{ruleAlwaysDenied, `denyOut "0.0.0.0/0"`, `denyOut "203.0.113.0/24"`, `denyOut "10.20.0.0/16"`, `denyOut "8.0.0.0/7"`, ruleIPv6}
-	if diff := cmp.Diff(want, d.names); diff != "" {
-		t.Fatalf("names (-want +got):\n%s", diff)
-	}
 	in := func(ps []netip.Prefix, a netip.Addr) bool {
 		for _, p := range ps {
 			if p.Contains(a) {
@@ -228,12 +317,12 @@ func TestComputeDenialsMatchesPolicy(t *testing.T) {
 		}
 		return ""
 	}
+	holds := func(r addrRange, a netip.Addr) bool { return !a.Less(r.lo) && !r.hi.Less(a) }
 	gotRule := func(a netip.Addr) string {
-		v := addrToUint(a)
 		found := ""
 		for i, rs := range d.byRule {
 			for _, r := range rs {
-				if r.lo <= v && v <= r.hi {
+				if holds(r, a) {
 					if found != "" {
 						t.Errorf("%s is in rule %q and rule %q", a, found, d.names[i])
 					}
@@ -242,34 +331,22 @@ func TestComputeDenialsMatchesPolicy(t *testing.T) {
 			}
 		}
 		inAll := false
-		for _, r := range d.all() {
-			inAll = inAll || (r.lo <= v && v <= r.hi)
+		for _, r := range familyRanges(d.all(), a.Is6()) {
+			inAll = inAll || holds(r, a)
 		}
 		if inAll != (found != "") {
 			t.Errorf("%s: in the forward chain's set %v, in a rule's %q", a, inAll, found)
 		}
 		return found
 	}
-	var probes []netip.Addr
-	for _, s := range []string{
-		"0.0.0.0", "255.255.255.255", "10.20.30.1", "10.20.31.1", "10.21.0.1", "169.254.169.254",
-		"169.254.169.253", "203.0.113.1", "203.0.113.200", "8.8.8.8", "8.8.8.9", "9.255.255.255",
-		"192.0.2.1", "1.1.1.1", "127.0.0.1", "198.51.100.1",
-	} {
-		probes = append(probes, netip.MustParseAddr(s))
-	}
-	r := rand.New(rand.NewPCG(1, 2))
-	for range 20000 {
-		probes = append(probes, netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, r.Uint32()))))
-	}
-	// Edges of every prefix involved.
-	for _, p := range append(append(append(forbidden, exempt...), pol.AllowNets()...), pol.DenyNets()...) {
-		if !p.Addr().Is4() {
-			continue
+	for _, p := range slices.Concat(forbidden, exempt, pol.AllowNets(), pol.DenyNets()) {
+		lo, hi := p.Masked().Addr(), lastAddr(p)
+		probes = append(probes, lo, hi)
+		if prev := lo.Prev(); prev.IsValid() {
+			probes = append(probes, prev)
 		}
-		rs := rangesOf([]netip.Prefix{p})
-		for _, v := range []uint32{rs[0].lo - 1, rs[0].lo, rs[0].hi, rs[0].hi + 1} {
-			probes = append(probes, uintToAddr(v))
+		if next := hi.Next(); next.IsValid() {
+			probes = append(probes, next)
 		}
 	}
 	for _, a := range probes {
@@ -279,11 +356,96 @@ func TestComputeDenialsMatchesPolicy(t *testing.T) {
 	}
 }
 
+// randomNear returns n addresses that share the first bits-8 bits of p
+// (all of them when p is short), the rest random.
+func randomNear(r *rand.Rand, p netip.Prefix, n int) []netip.Addr {
+	keep := max(p.Bits()-8, 0)
+	var out []netip.Addr
+	for range n {
+		b := p.Addr().AsSlice()
+		for i := range b {
+			random := byte(r.Uint32())
+			switch {
+			case keep >= 8*(i+1):
+			case keep <= 8*i:
+				b[i] = random
+			default:
+				m := byte(0xff) >> (keep - 8*i)
+				b[i] = b[i]&^m | random&m
+			}
+		}
+		a, _ := netip.AddrFromSlice(b)
+		out = append(out, a)
+	}
+	return out
+}
+
+func TestComputeDenialsMatchesPolicy(t *testing.T) {
+	forbidden := append(netpolicy.AlwaysDenied(), prefixes("192.0.2.2/32", "192.0.2.0/24")...)
+	exempt := prefixes("10.20.0.0/16", "169.254.169.254/32")
+	pol := compile(t, &netpolicy.Policy{
+		AllowOut: []string{"203.0.113.0/25", "10.20.30.0/24", "8.8.8.8", "api.example.com"},
+		DenyOut:  []string{"0.0.0.0/0", "203.0.113.0/24", "203.0.113.0/24", "10.20.0.0/16", "8.0.0.0/7", "::/0"},
+	})
+	d := computeDenials(forbidden, exempt, pol.AllowNets(), pol.DenyNets())
+	want := []string{ruleAlwaysDenied, `denyOut "0.0.0.0/0"`, `denyOut "::/0"`, `denyOut "203.0.113.0/24"`, `denyOut "10.20.0.0/16"`, `denyOut "8.0.0.0/7"`}
+	if diff := cmp.Diff(want, d.names); diff != "" {
+		t.Fatalf("names (-want +got):\n%s", diff)
+	}
+	var probes []netip.Addr
+	for _, s := range []string{
+		"0.0.0.0", "255.255.255.255", "10.20.30.1", "10.20.31.1", "10.21.0.1", "169.254.169.254",
+		"169.254.169.253", "203.0.113.1", "203.0.113.200", "8.8.8.8", "8.8.8.9", "9.255.255.255",
+		"192.0.2.1", "1.1.1.1", "127.0.0.1", "198.51.100.1", "2001:db8::1", "::", "::ffff:8.8.8.8",
+	} {
+		probes = append(probes, netip.MustParseAddr(s))
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		probes = append(probes, netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, r.Uint32()))))
+	}
+	checkDenialRanges(t, forbidden, exempt, pol, probes)
+}
+
+// TestComputeDenialsMatchesPolicyIPv6 is TestComputeDenialsMatchesPolicy
+// for IPv6, with IPv4 entries mixed in, probed at random addresses near
+// every prefix involved.
+func TestComputeDenialsMatchesPolicyIPv6(t *testing.T) {
+	forbidden := append(netpolicy.AlwaysDenied(), prefixes("2001:db8:ffff::1/128", "2001:db8:ffff::/126", "fd00::2/128", "fd00::/64", "192.0.2.0/24")...)
+	exempt := prefixes("fd74:7570:7065:1::/64", "fe80::1/128", "fd00::2/128", "10.20.0.0/16")
+	pol := compile(t, &netpolicy.Policy{
+		AllowOut: []string{"2001:db8:1::/48", "2001:db8:2::5", "fd74:7570:7065:1:1::/80", "2600::/12", "10.20.30.0/24", "example.com"},
+		DenyOut: []string{"::/0", "2001:db8::/32", "2001:db8::/32", "2001:db8:2::/64", "fd74:7570:7065::/48", "0.0.0.0/0",
+			"2001:db8:3::/48", "8000::/1", "10.0.0.0/8", "::ffff:0:0/96"},
+	})
+	d := computeDenials(forbidden, exempt, pol.AllowNets(), pol.DenyNets())
+	want := []string{ruleAlwaysDenied, `denyOut "::/0"`, `denyOut "2001:db8::/32"`, `denyOut "2001:db8:2::/64"`, `denyOut "fd74:7570:7065::/48"`,
+		`denyOut "0.0.0.0/0"`, `denyOut "2001:db8:3::/48"`, `denyOut "8000::/1"`, `denyOut "10.0.0.0/8"`, `denyOut "::ffff:0.0.0.0/96"`}
+	if diff := cmp.Diff(want, d.names); diff != "" {
+		t.Fatalf("names (-want +got):\n%s", diff)
+	}
+	var probes []netip.Addr
+	for _, s := range []string{
+		"::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "::1", "2001:db8::1", "2001:db8:1::1", "2001:db8:2::5",
+		"2001:db8:2::6", "2001:db8:3::1", "2001:db9::1", "fd74:7570:7065::2", "fd74:7570:7065:1::2",
+		"fd74:7570:7065:1:1::9", "fd00::1", "fd00::2", "2606:4700::1111", "::ffff:8.8.8.8", "8.8.8.8", "10.20.30.1",
+	} {
+		probes = append(probes, netip.MustParseAddr(s))
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	probes = append(probes, randomNear(r, netip.MustParsePrefix("::/0"), 20000)...)
+	for _, p := range slices.Concat(forbidden, exempt, pol.AllowNets(), pol.DenyNets()) {
+		probes = append(probes, randomNear(r, p, 200)...)
+	}
+	checkDenialRanges(t, forbidden, exempt, pol, probes)
+}
+
 func TestRangeArithmetic(t *testing.T) {
 	r := func(lo, hi string) addrRange {
-		return addrRange{addrToUint(netip.MustParseAddr(lo)), addrToUint(netip.MustParseAddr(hi))}
+		return addrRange{netip.MustParseAddr(lo), netip.MustParseAddr(hi)}
 	}
 	all := r("0.0.0.0", "255.255.255.255")
+	all6 := r("::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")
 	for _, tc := range []struct {
 		name string
 		got  []addrRange
@@ -296,10 +458,21 @@ func TestRangeArithmetic(t *testing.T) {
 		{"subtract all", subtractRanges(rangesOf(prefixes("10.0.0.0/8")), []addrRange{all}), nil},
 		{"intersect", intersectRanges(rangesOf(prefixes("10.0.0.0/8", "12.0.0.0/8")), rangesOf(prefixes("10.5.0.0/16", "12.0.0.0/7"))),
 			[]addrRange{r("10.5.0.0", "10.5.255.255"), r("12.0.0.0", "12.255.255.255")}},
-		{"IPv6 ignored", rangesOf(prefixes("::/0")), nil},
+		{"families apart, IPv4 first", rangesOf(prefixes("::/0", "0.0.0.0/0", "::ffff:0:0/96")), []addrRange{all, all6}},
+		{"IPv6 merge", rangesOf(prefixes("2001:db8::/33", "2001:db8:8000::/33", "2001:db9::/32", "fc00::/7")),
+			[]addrRange{r("2001:db8::", "2001:db9:ffff:ffff:ffff:ffff:ffff:ffff"), r("fc00::", "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")}},
+		{"IPv6 subtract edges", subtractRanges([]addrRange{all, all6}, rangesOf(prefixes("::/128", "ffff::/16", "10.0.0.0/8"))),
+			[]addrRange{r("0.0.0.0", "9.255.255.255"), r("11.0.0.0", "255.255.255.255"), r("::1", "fffe:ffff:ffff:ffff:ffff:ffff:ffff:ffff")}},
+		{"IPv6 subtract all", subtractRanges([]addrRange{all, all6}, []addrRange{all6}), []addrRange{all}},
+		{"IPv6 subtract middle", subtractRanges([]addrRange{all6}, rangesOf(prefixes("2001:db8::/32"))),
+			[]addrRange{r("::", "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff"), r("2001:db9::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")}},
+		{"intersect across families", intersectRanges([]addrRange{all}, []addrRange{all6}), nil},
+		{"IPv6 intersect", intersectRanges(rangesOf(prefixes("2001:db8::/32", "10.0.0.0/8")), rangesOf(prefixes("2001:db8:5::/48", "::/0", "10.1.0.0/16"))),
+			[]addrRange{r("10.1.0.0", "10.1.255.255"), r("2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff")}},
+		{"family", familyRanges(rangesOf(prefixes("::/0", "10.0.0.0/8")), true), []addrRange{all6}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, tc.got, cmp.AllowUnexported(addrRange{})); diff != "" {
+			if diff := cmp.Diff(tc.want, tc.got, cmp.AllowUnexported(addrRange{}), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
@@ -313,6 +486,12 @@ func TestRangeArithmetic(t *testing.T) {
 		{r("10.0.0.1", "10.0.0.1"), "10.0.0.1"},
 		{r("10.0.0.1", "10.0.0.2"), "10.0.0.1-10.0.0.2"},
 		{r("10.0.0.0", "10.0.0.2"), "10.0.0.0-10.0.0.2"},
+		{all6, "::/0"},
+		{r("2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"), "2001:db8::/32"},
+		{r("2001:db8::1", "2001:db8::1"), "2001:db8::1"},
+		{r("2001:db8::1", "2001:db8::2"), "2001:db8::1-2001:db8::2"},
+		{r("::1", "fffe:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), "::1-fffe:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
+		{r("::ffff:0.0.0.0", "::ffff:255.255.255.255"), "0000:0000:0000:0000:0000:ffff:0000:0000/96"},
 	} {
 		if got := formatRange(tc.r); got != tc.want {
 			t.Errorf("formatRange(%v) = %q, want %q", tc.r, got, tc.want)
