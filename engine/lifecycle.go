@@ -91,7 +91,20 @@ func (e *Engine) Get(ctx context.Context, id string) (*Sandbox, error) {
 	if sb.State == store.StateKilled || sb.State == store.StateCreating {
 		return nil, fmt.Errorf("sandbox %q: %w (it was %s)", id, errdefs.ErrNotFound, describeGone(sb))
 	}
+	if !e.isLive(id) {
+		return nil, fmt.Errorf("sandbox %q: %w (it is being killed)", id, errdefs.ErrNotFound)
+	}
 	return sb, nil
+}
+
+// isLive reports whether the engine runs sandbox id: a record that says
+// "running" while a kill is under way (its backend still stopping it) is
+// not.
+func (e *Engine) isLive(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.live[id]
+	return ok
 }
 
 func describeGone(sb *Sandbox) string {
@@ -120,7 +133,15 @@ func (e *Engine) List(ctx context.Context, opts ListOptions) ([]*Sandbox, string
 	if len(states) == 0 {
 		states = []string{store.StateRunning, store.StatePaused}
 	}
-	return e.store.List(ctx, store.Query{States: states, Metadata: opts.Metadata, Limit: opts.Limit, After: opts.NextToken})
+	list, next, err := e.store.List(ctx, store.Query{States: states, Metadata: opts.Metadata, Limit: opts.Limit, After: opts.NextToken})
+	if err != nil {
+		return nil, "", err
+	}
+	// A sandbox whose kill is under way is gone for its users already.
+	list = slices.DeleteFunc(list, func(sb *Sandbox) bool {
+		return (sb.State == store.StateRunning || sb.State == store.StatePaused) && !e.isLive(sb.ID)
+	})
+	return list, next, nil
 }
 
 // Connect returns a running sandbox; a positive timeout also sets its time

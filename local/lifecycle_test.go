@@ -145,10 +145,14 @@ func TestTimeoutKillsSandbox(t *testing.T) {
 		_, err := sb.GetInfo(ctx)
 		return errors.Is(err, errdefs.ErrNotFound)
 	})
-	killed, _, err := s.rt.Engine().List(ctx, engine.ListOptions{States: []string{"killed"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// It is gone for its users as soon as the kill starts; the record
+	// says "killed" once the backend has stopped it.
+	var killed []*engine.Sandbox
+	testutil.WaitFor(t, time.Minute, "the killed record", func() bool {
+		var err error
+		killed, _, err = s.rt.Engine().List(ctx, engine.ListOptions{States: []string{"killed"}})
+		return err == nil && len(killed) > 0
+	})
 	if len(killed) != 1 || killed[0].KillReason != "timeout" {
 		t.Errorf("killed records = %+v, want one killed by timeout", killed)
 	}
