@@ -493,18 +493,30 @@ func TestEgressBase(t *testing.T) {
 
 func TestEgressSysctls(t *testing.T) {
 	requireRoot(t)
-	l := makeTestLink(t, "tzs", testSandboxNet)
-	if err := enableEgressSysctls(l.hostIf); err != nil {
-		t.Fatal(err)
-	}
-	for key, want := range map[string]string{"forwarding": "1", "route_localnet": "1", "rp_filter": "1"} {
-		path := "/proc/sys/net/ipv4/conf/" + l.hostIf + "/" + key
-		if b, err := os.ReadFile(path); err != nil || strings.TrimSpace(string(b)) != want {
-			t.Errorf("%s = %q, %v; want %s", path, b, err, want)
-		}
-	}
-	if err := enableEgressSysctls("../all"); err == nil {
-		t.Error("enableEgressSysctls accepted a path")
+	for _, tt := range []struct {
+		name   string
+		enable func(string) error
+		family string
+		want   map[string]string
+	}{
+		{"ipv4", enableEgressSysctls, "ipv4", map[string]string{"forwarding": "1", "route_localnet": "1", "rp_filter": "1"}},
+		{"ipv6", enableEgressSysctls6, "ipv6", map[string]string{"forwarding": "1", "disable_ipv6": "0", "accept_ra": "0"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := makeTestLink(t, "tzs", testSandboxNet)
+			if err := tt.enable(l.hostIf); err != nil {
+				t.Fatal(err)
+			}
+			for key, want := range tt.want {
+				path := "/proc/sys/net/" + tt.family + "/conf/" + l.hostIf + "/" + key
+				if b, err := os.ReadFile(path); err != nil || strings.TrimSpace(string(b)) != want {
+					t.Errorf("%s = %q, %v; want %s", path, b, err, want)
+				}
+			}
+			if err := tt.enable("../all"); err == nil {
+				t.Error("a path was accepted as an interface name")
+			}
+		})
 	}
 }
 
@@ -692,24 +704,8 @@ func TestEgressFirewall(t *testing.T) {
 	})
 
 	t.Run("denials are logged", func(t *testing.T) {
-		group := logGroupFor(t.TempDir())
-		type denial struct {
-			hostIf string
-			idx    int
-			proto  string
-			dst    netip.AddrPort
-		}
-		got := make(chan denial, 64)
-		stop, err := listenDenials(ctx, group, func(hostIf string, idx int, proto string, dst netip.AddrPort) {
-			select {
-			case got <- denial{hostIf, idx, proto, dst}:
-			default:
-			}
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer stop()
+		type denial = testDenial
+		group, got := listenTestDenials(ctx, t)
 		names := e.apply(t, func(fw *sandboxFirewall) {
 			fw.Policy = policy(t, nil, []string{"0.0.0.0/0", "203.0.113.0/24"})
 			fw.LogGroup = group
@@ -740,8 +736,6 @@ func TestEgressFirewall(t *testing.T) {
 		if _, err := listenDenials(ctx, group, func(string, int, string, netip.AddrPort) {}); !errors.Is(err, errdefs.ErrAlreadyExists) {
 			t.Errorf("a second listener of the group: %v, want ErrAlreadyExists", err)
 		}
-		stop()
-		stop()
 	})
 
 	t.Run("remove is idempotent", func(t *testing.T) {
@@ -976,23 +970,6 @@ func TestKeepAcceptingRA(t *testing.T) {
 	}
 }
 
-func TestEgressSysctls6(t *testing.T) {
-	requireRoot(t)
-	l := makeTestLink(t, "tzs", testSandboxNet)
-	if err := enableEgressSysctls6(l.hostIf); err != nil {
-		t.Fatal(err)
-	}
-	for key, want := range map[string]string{"forwarding": "1", "disable_ipv6": "0", "accept_ra": "0"} {
-		path := "/proc/sys/net/ipv6/conf/" + l.hostIf + "/" + key
-		if b, err := os.ReadFile(path); err != nil || strings.TrimSpace(string(b)) != want {
-			t.Errorf("%s = %q, %v; want %s", path, b, err, want)
-		}
-	}
-	if err := enableEgressSysctls6("../all"); err == nil {
-		t.Error("enableEgressSysctls6 accepted a path")
-	}
-}
-
 func TestEgressFirewallIPv6(t *testing.T) {
 	e := newEgressEnv6(t)
 	ctx := context.Background()
@@ -1134,24 +1111,8 @@ func TestEgressFirewallIPv6(t *testing.T) {
 	})
 
 	t.Run("denials are logged", func(t *testing.T) {
-		group := logGroupFor(t.TempDir())
-		type denial struct {
-			hostIf string
-			idx    int
-			proto  string
-			dst    netip.AddrPort
-		}
-		got := make(chan denial, 64)
-		stop, err := listenDenials(ctx, group, func(hostIf string, idx int, proto string, dst netip.AddrPort) {
-			select {
-			case got <- denial{hostIf, idx, proto, dst}:
-			default:
-			}
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer stop()
+		type denial = testDenial
+		group, got := listenTestDenials(ctx, t)
 		web := listenPortIn(t, e.inet.ns, e.inet6Alt, 443)
 		for _, tc := range []struct {
 			name   string
@@ -1198,4 +1159,31 @@ func TestEgressFirewallIPv6(t *testing.T) {
 			})
 		}
 	})
+}
+
+// testDenial is one denial the NFLOG listener reported.
+type testDenial struct {
+	hostIf string
+	idx    int
+	proto  string
+	dst    netip.AddrPort
+}
+
+// listenTestDenials listens on a fresh NFLOG group until the test ends and
+// returns the group and the denials it reports.
+func listenTestDenials(ctx context.Context, t *testing.T) (uint16, <-chan testDenial) {
+	t.Helper()
+	group := logGroupFor(t.TempDir())
+	got := make(chan testDenial, 64)
+	stop, err := listenDenials(ctx, group, func(hostIf string, idx int, proto string, dst netip.AddrPort) {
+		select {
+		case got <- testDenial{hostIf, idx, proto, dst}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return group, got
 }

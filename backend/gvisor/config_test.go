@@ -90,7 +90,7 @@ func TestConfigFrom(t *testing.T) {
 			want: Config{Root: "/r", RunscPath: "/opt/runsc", Platform: "ptrace", Debug: true, Egress: &network.EgressConfig{}}},
 		{name: "no egress", ok: true, net: backend.NetworkConfig{NoEgress: true}, want: Config{Root: "/r"}},
 		{name: "egress settings", ok: true,
-			net: backend.NetworkConfig{DNSUpstreams: []string{"198.51.100.53:53"}, Exempt: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}},
+			net:  backend.NetworkConfig{DNSUpstreams: []string{"198.51.100.53:53"}, Exempt: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}},
 			want: Config{Root: "/r", Egress: &network.EgressConfig{DNSUpstreams: []string{"198.51.100.53:53"}, Exempt: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}}}},
 		{name: "bad upstream CA", net: backend.NetworkConfig{UpstreamCAs: []byte("not PEM")}},
 		{name: "unknown", opts: map[string]string{"plaform": "ptrace"}},
