@@ -117,6 +117,9 @@ func removeRules(hostIf string) string {
 	w(`add element %s %s { "%s" : goto %s }`, t, preroutingMap, hostIf, natChain(hostIf))
 	w(`delete element %s %s { "%s" }`, t, forwardMap, hostIf)
 	w(`delete element %s %s { "%s" }`, t, preroutingMap, hostIf)
+	// The flow counter of a sandbox that is gone.
+	w(`add element %s %s { "%s" }`, t, redirectedFlows, hostIf)
+	w(`delete element %s %s { "%s" }`, t, redirectedFlows, hostIf)
 	for _, c := range chains {
 		w("flush chain %s %s", t, c)
 	}
@@ -134,6 +137,7 @@ func declareTable(w func(string, ...any)) {
 	w("add table %s", t)
 	w("add map %s %s { type ifname : verdict; }", t, forwardMap)
 	w("add map %s %s { type ifname : verdict; }", t, preroutingMap)
+	w("add set %s %s { type ifname; flags dynamic; }", t, redirectedFlows)
 }
 
 // validate reports whether fw can be turned into rules.

@@ -758,6 +758,41 @@ func TestEgressFirewall(t *testing.T) {
 			t.Error(err)
 		}
 	})
+
+	// Last: the flows it opens stay tracked for half a minute.
+	t.Run("redirected flows are capped per sandbox", func(t *testing.T) {
+		e.apply(t, func(fw *sandboxFirewall) { fw.Policy = policy(t, nil, []string{"0.0.0.0/0"}) })
+		to := netip.AddrPortFrom(e.sbx.hostAddr.Addr(), 53).String()
+		var answered, refused int
+		err := e.sbx.in(func() error {
+			// Each socket is a flow of its own, as each lookup of a
+			// resolver library is.
+			for range maxRedirectedFlows + 200 {
+				c, err := net.Dial("udp", to)
+				if err != nil {
+					return err
+				}
+				c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+				c.Write([]byte("q"))
+				buf := make([]byte, 16)
+				if _, err := c.Read(buf); err == nil {
+					answered++
+				} else {
+					refused++
+				}
+				c.Close()
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The kernel's count is lazy (it prunes its list as it goes), so
+		// the cap holds to within a few percent.
+		if answered > maxRedirectedFlows*11/10 || refused == 0 {
+			t.Errorf("%d lookups answered and %d refused; want about %d answered at most", answered, refused, maxRedirectedFlows)
+		}
+	})
 }
 
 // egressEnv6 is an egressEnv whose sandbox, internet and private network

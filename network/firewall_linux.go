@@ -30,7 +30,17 @@ const (
 	forwardMap = "sbxfwd"
 	// preroutingMap sends a sandbox's new flows to its NAT chain.
 	preroutingMap = "sbxpre"
+	// redirectedFlows counts, per sandbox interface, the flows redirected
+	// to this host's resolver and egress proxy.
+	redirectedFlows = "sbxredir"
 )
+
+// maxRedirectedFlows is how many flows (DNS queries, proxied connections)
+// one sandbox may have open to the host's resolver and egress proxy at
+// once. They never reach the forward chain's cap, and without this one a
+// sandbox could fill the connection tracking table that the host and
+// every sandbox share.
+const maxRedirectedFlows = 2048
 
 // runDir holds the host-wide state of every Tupper daemon: locks and the
 // records of who turned IPv4 and IPv6 forwarding on.
@@ -101,6 +111,7 @@ func firewallRules(prefix string, guard4, guard6 bool) string {
 	}
 	w("add map %s %s { type ifname : verdict; }", t, forwardMap)
 	w("add map %s %s { type ifname : verdict; }", t, preroutingMap)
+	w("add set %s %s { type ifname; flags dynamic; }", t, redirectedFlows)
 	w("add chain %s refuse", t)
 	w("add chain %s input { type filter hook input priority filter; policy accept; }", t)
 	w("add chain %s forward { type filter hook forward priority filter; policy accept; }", t)
@@ -114,6 +125,7 @@ func firewallRules(prefix string, guard4, guard6 bool) string {
 	w("add rule %s refuse reject with icmpx admin-prohibited", t)
 
 	w("add rule %s input iifname %s ct state established,related accept", t, sbx)
+	w("add rule %s input iifname %s ct state new add @%s { iifname ct count over %d } goto refuse", t, sbx, redirectedFlows, maxRedirectedFlows)
 	w("add rule %s input iifname %s ct status dnat ip daddr 127.0.0.1 accept", t, sbx)
 	// IPv6 neighbour discovery, which IPv4's ARP needs no rule for: without
 	// it the host cannot find a sandbox's IPv6 address on its veth.
