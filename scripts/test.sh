@@ -12,9 +12,19 @@ if [ "${CI:-}" = true ]; then export TUPPER_REQUIRE_ALL=1; fi
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(./...)
 # Some tests still run the host's own `bash -l` (issue 8 makes them
-# hermetic); a pyenv rehash lock left by a killed login shell makes every
-# `bash -l` wait 60 s, so a stale one goes first.
-find "${PYENV_ROOT:-$HOME/.pyenv}/shims" -maxdepth 1 -name .pyenv-shim -mmin +1 -delete 2>/dev/null || true
-export PYENV_REHASH_TIMEOUT=1
+# hermetic). Where the host's login profile runs `pyenv rehash`, a login
+# shell that a test kills midway leaves pyenv's lock behind, and every
+# later `bash -l` waits 60 s for it; a real rehash holds it well under a
+# second. So while the tests run, a lock older than two seconds is removed.
+shims="${PYENV_ROOT:-$HOME/.pyenv}/shims"
+if [ -d "$shims" ]; then
+  (
+    while sleep 1; do
+      find "$shims" -maxdepth 1 -name .pyenv-shim ! -newermt '-2 seconds' -delete 2>/dev/null || true
+    done
+  ) &
+  watchdog=$!
+  trap 'kill $watchdog 2>/dev/null' EXIT
+fi
 go vet ./...
-exec go test -timeout 25m -count=1 "${args[@]}"
+go test -timeout 25m -count=1 "${args[@]}"
