@@ -185,6 +185,33 @@ func TestPrivateTraffic(t *testing.T) {
 	if got := seen.Header.Get("X-Access-Token"); got != "" {
 		t.Errorf("the sandbox's own server received the envd access token %q", got)
 	}
+	// Nor any API key, whatever header carries it; other credentials pass.
+	req, _ = http.NewRequest("GET", e.http.URL+"/", nil)
+	req.Host = fmt.Sprintf("%d-%s.tupper.test", port, sb.SandboxID)
+	req.Header.Set("E2B-Traffic-Access-Token", *sb.TrafficAccessToken)
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	req.Header.Set("X-Forwarded-Key", "token="+e.key+"; x=1")
+	req.Header.Add("X-App-Token", "app-secret")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen.Header = nil
+	json.NewDecoder(resp.Body).Decode(&seen)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || seen.Header == nil {
+		t.Fatalf("app answered %d %+v", resp.StatusCode, seen)
+	}
+	for name, vals := range seen.Header {
+		for _, v := range vals {
+			if strings.Contains(v, e.key) {
+				t.Errorf("the sandbox's own server received the API key in %s: %q", name, v)
+			}
+		}
+	}
+	if got := seen.Header.Get("X-App-Token"); got != "app-secret" {
+		t.Errorf("a credential of the app's own was dropped: %q", got)
+	}
 	_, _, raw := e.do("GET", "/sandboxes/"+sb.SandboxID, "")
 	if !strings.Contains(string(raw), `"allowPublicTraffic":false`) {
 		t.Errorf("detail %s does not report the policy", raw)

@@ -12,9 +12,11 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/lightbearco/tupper/auth"
 	"github.com/lightbearco/tupper/engine"
 )
 
@@ -37,6 +39,42 @@ type proxyTarget struct {
 
 type targetKey struct{}
 
+// stripAPIKeys removes every header value that carries a Tupper API key,
+// whatever the header ("Authorization: Bearer e2b_…", which /mcp accepts,
+// or any other): a key opens the control plane, and a server in a sandbox
+// must never learn one.
+func stripAPIKeys(h http.Header) {
+	for name, vals := range h {
+		kept := vals[:0]
+		for _, v := range vals {
+			if !carriesAPIKey(v) {
+				kept = append(kept, v)
+			}
+		}
+		if len(kept) == 0 {
+			delete(h, name)
+		} else {
+			h[name] = kept
+		}
+	}
+}
+
+// carriesAPIKey reports whether a header value holds a word shaped like a
+// Tupper API key.
+func carriesAPIKey(v string) bool {
+	if !strings.Contains(v, auth.KeyPrefix) {
+		return false
+	}
+	for _, w := range strings.FieldsFunc(v, func(r rune) bool {
+		return !('0' <= r && r <= '9' || 'a' <= r && r <= 'z' || r == '_')
+	}) {
+		if auth.CheckFormat(w) == nil {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Server) newProxy() *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -51,6 +89,7 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			for _, h := range routingHeaders {
 				pr.Out.Header.Del(h)
 			}
+			stripAPIKeys(pr.Out.Header)
 			if !t.agent {
 				// The envd token opens the agent, which runs commands as
 				// root: a server of the sandbox's own must never see it.
