@@ -69,7 +69,7 @@ func (h *handle) markExited() {
 }
 
 // supervise waits for the process to exit and its output to be
-// broadcast, then publishes the end event and calls onEnd.
+// broadcast, then calls onEnd and publishes the end event.
 func (h *handle) supervise(exit <-chan syscall.WaitStatus, outputs []*os.File, onEnd func(*handle)) {
 	ws := <-exit
 	// Wake the pumps after a short grace: output the process wrote before
@@ -87,13 +87,15 @@ func (h *handle) supervise(exit <-chan syscall.WaitStatus, outputs []*os.File, o
 	stdin := h.stdin
 	h.stdin = nil
 	h.mu.Unlock()
+	// Out of the table first: whoever sees the end event must then find
+	// the process gone (a kill after it answers "not found").
+	onEnd(h)
 	close(h.done)
 	if stdin != nil {
 		// Background children that inherited stdin now see end-of-file.
 		stdin.Close()
 	}
 	h.log.Info("process ended", "status", end.GetStatus())
-	onEnd(h)
 }
 
 // endEvent describes an exit status the way Go's os.ProcessState prints

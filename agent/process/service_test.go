@@ -396,6 +396,12 @@ func TestSendSignal(t *testing.T) {
 			if o.err != nil || o.end.GetStatus() != tt.want || o.end.GetExited() {
 				t.Fatalf("end = %v, err %v; want status %q", o.end, o.err, tt.want)
 			}
+			// Once the end event is out, the process is gone: a second
+			// signal finds nothing, at once.
+			_, err = e.client.SendSignal(t.Context(), request(&pb.SendSignalRequest{Process: pidSel(pid), Signal: tt.signal}, ""))
+			if connect.CodeOf(err) != connect.CodeNotFound {
+				t.Errorf("a signal after the end event: %v, want not_found", err)
+			}
 			waitGone(t, child, 3*time.Second)
 		})
 	}
