@@ -14,6 +14,10 @@ import (
 // TestCLI drives the tupper binary's client commands against a real
 // `tupper serve`: keys, create, exec, shell, cp, read, write, ls, info,
 // timeout and kill, and the errors that say what to do.
+// exitTimedOut is `tupper exec`'s status when the sandbox does not answer
+// within --timeout and its grace.
+const exitTimedOut = 124
+
 func TestCLI(t *testing.T) {
 	d := startServeDaemon(t)
 	admin := newTupperCLI(t, d, d.Key)
@@ -62,6 +66,22 @@ func TestCLI(t *testing.T) {
 		}
 		if out := cli.ok(t, nil, "exec", "--cwd", "/tmp", "--user", "root", "--env", "X=1 2", id, "--", `echo "$(pwd) $(whoami) $X"`); out != "/tmp root 1 2\n" {
 			t.Errorf("exec with cwd, user, env: %q", out)
+		}
+	})
+
+	// A sandbox whose agent is frozen answers nothing: exec --timeout
+	// still returns, with timeout(1)'s status and a message that says why.
+	t.Run("exec --timeout on a frozen sandbox", func(t *testing.T) {
+		frozen := strings.TrimSpace(cli.ok(t, nil, "create", "--timeout", "10m"))
+		defer cli.run(t, nil, "kill", frozen)
+		// The stop freezes the agent, so this exec never hears its end.
+		stop := cli.run(t, nil, "exec", "--timeout", "2s", "--user", "root", frozen, "--", "kill -STOP 1")
+		if stop.code != exitTimedOut {
+			t.Fatalf("exec of kill -STOP 1: exit %d, stderr %q; want %d", stop.code, stop.stderr, exitTimedOut)
+		}
+		res := cli.run(t, nil, "exec", "--timeout", "1s", frozen, "--", "true")
+		if res.code != exitTimedOut || !strings.Contains(res.stderr, "did not end within --timeout 1s") {
+			t.Errorf("exec in a frozen sandbox: exit %d, stderr %q; want %d and why", res.code, res.stderr, exitTimedOut)
 		}
 	})
 

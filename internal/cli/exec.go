@@ -17,6 +17,14 @@ import (
 // stdinChunk is the most standard input sent in one SendInput call.
 const stdinChunk = 64 << 10
 
+// execTimeoutGrace is how long past --timeout exec waits for the command's
+// end before it gives up on the sandbox.
+const execTimeoutGrace = 5 * time.Second
+
+// exitTimedOut is exec's exit status when the sandbox did not answer in
+// time, as timeout(1)'s.
+const exitTimedOut = 124
+
 type execOptions struct {
 	api     apiOptions
 	id      string
@@ -93,24 +101,46 @@ func runExec(ctx context.Context, g *globals, o *execOptions) error {
 	if o.user != "" {
 		opts = append(opts, sdk.WithUser(o.user))
 	}
-	h, err := sb.Commands.Start(ctx, shellJoin(o.argv), opts...)
+	// --timeout has the agent kill the command; an agent that does not
+	// answer (a sandbox frozen, say by `kill -STOP 1`) never would, so
+	// the wait is bounded here too, with a grace for the end to arrive.
+	waitCtx := ctx
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, o.timeout+execTimeoutGrace)
+		defer cancel()
+	}
+	unanswered := func() error {
+		fmt.Fprintf(g.stderr, "tupper: the command did not end within --timeout %v (a sandbox that does not answer at all is frozen or overloaded: `tupper kill %s` ends it)\n", o.timeout, o.id)
+		return &exitError{code: exitTimedOut}
+	}
+	h, err := sb.Commands.Start(waitCtx, shellJoin(o.argv), opts...)
 	if err != nil {
+		if ctx.Err() == nil && (waitCtx.Err() != nil || o.timeout > 0 && sdk.IsDeadlineExceeded(err)) {
+			return unanswered()
+		}
 		return r.data(ctx, err, o.id)
 	}
 	stdinErr := make(chan error, 1)
 	if o.stdin {
 		go func() { stdinErr <- pumpStdin(ctx, g.stdin, h) }()
 	}
-	res, err := h.Wait(ctx)
-	if ctx.Err() != nil {
-		// Interrupted: the command must not outlive us.
+	res, err := h.Wait(waitCtx)
+	if ctx.Err() != nil || waitCtx.Err() != nil {
+		// Interrupted, or no answer in time: the command must not
+		// outlive us.
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = h.Kill(kctx)
-		return ctx.Err()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return unanswered()
 	}
 	var exit *sdk.CommandExitError
 	switch {
+	case o.timeout > 0 && sdk.IsDeadlineExceeded(err):
+		return unanswered()
 	case errors.As(err, &exit):
 		if exit.ExitCode < 0 && exit.CommandResult.Error != "" {
 			fmt.Fprintf(g.stderr, "tupper: command ended: %s\n", exit.CommandResult.Error)
