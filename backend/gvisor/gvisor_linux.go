@@ -218,11 +218,14 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	if err := os.Chmod(filepath.Join(dir, tmpDir), os.ModeSticky|0o777); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
+	undo.Add(func() error { return unmountRootFS(dir) })
+	if err := mountHostSafe(dir); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
 	rootfs, err := mountRootFS(spec.RootFS, dir)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
-	undo.Add(func() error { return unmountRootFS(dir) })
 	step("claim", t)
 
 	t = time.Now()

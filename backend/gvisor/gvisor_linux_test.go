@@ -92,6 +92,22 @@ func TestSandboxLifecycle(t *testing.T) {
 		}
 	})
 
+	// Root in the sandbox may make setuid files and device nodes in /tmp
+	// and its root; on the host, where they are stored, they mean nothing.
+	t.Run("host copies are nosuid and nodev", func(t *testing.T) {
+		mustRun(t, sb.AgentAddr, "cp /bin/sh /tmp/suid && chmod 4755 /tmp/suid && cp /bin/sh /suid && chmod 4755 /suid")
+		dir := b.bundleDir(id)
+		for _, d := range []string{tmpDir, upperDir, rootfsDir} {
+			opts := mountOptions(t, filepath.Join(dir, d))
+			if !strings.Contains(opts, "nosuid") || !strings.Contains(opts, "nodev") {
+				t.Errorf("%s is mounted %q, want nosuid and nodev", d, opts)
+			}
+		}
+		if fi, err := os.Stat(filepath.Join(dir, tmpDir, "suid")); err != nil || fi.Mode()&os.ModeSetuid == 0 {
+			t.Errorf("the sandbox's setuid file is not where this test looks: %v, %v", fi, err)
+		}
+	})
+
 	t.Run("agent is read-only", func(t *testing.T) {
 		if r := run(t, sb.AgentAddr, "echo x > "+AgentPath); r.Exit == 0 {
 			t.Error("the sandbox wrote its agent binary")
@@ -578,4 +594,25 @@ func TestConcurrentStarts(t *testing.T) {
 			assertNothingLeft(t, b, sb.ID)
 		}
 	}
+}
+
+// mountOptions returns the per-mount options of the mount at path, from
+// /proc/self/mountinfo; it fails the test when nothing is mounted there.
+func mountOptions(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 5 && f[4] == path {
+			opts = f[5] // the last mount stacked there wins
+		}
+	}
+	if opts == "" {
+		t.Fatalf("nothing is mounted at %s", path)
+	}
+	return opts
 }

@@ -52,15 +52,47 @@ func mountRootFS(image, dir string) (string, error) {
 		return "", rootfsErr(dir, err)
 	}
 	opts := "lowerdir=" + image + ",upperdir=" + upper + ",workdir=" + work
-	if err := unix.Mount("overlay", target, "overlay", unix.MS_NODEV, opts); err != nil {
+	if err := unix.Mount("overlay", target, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return "", rootfsErr(dir, fmt.Errorf("mount overlay: %w", err))
 	}
 	return target, nil
 }
 
-// unmountRootFS unmounts <dir>/rootfs; nothing mounted there is fine.
+// hostSafeDirs are the bundle's directories that hold what the sandbox
+// writes (its /tmp, its overlay's filestore): they are bind-mounted onto
+// themselves nosuid and nodev, so that a setuid file or a device node that
+// root in the sandbox leaves there means nothing on the host.
+var hostSafeDirs = []string{tmpDir, upperDir}
+
+// mountHostSafe makes each of dir's hostSafeDirs a nosuid, nodev mount of
+// itself.
+func mountHostSafe(dir string) error {
+	for _, d := range hostSafeDirs {
+		p := filepath.Join(dir, d)
+		if err := unix.Mount(p, p, "", unix.MS_BIND, ""); err != nil {
+			return rootfsErr(dir, fmt.Errorf("bind %s: %w", d, err))
+		}
+		if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return rootfsErr(dir, fmt.Errorf("remount %s nosuid,nodev: %w", d, err))
+		}
+	}
+	return nil
+}
+
+// unmountRootFS unmounts <dir>/rootfs and the hostSafeDirs mounts;
+// nothing mounted there is fine.
 func unmountRootFS(dir string) error {
-	target := filepath.Join(dir, rootfsDir)
+	var errs []error
+	for _, d := range append([]string{rootfsDir}, hostSafeDirs...) {
+		if err := unmountAll(filepath.Join(dir, d)); err != nil {
+			errs = append(errs, rootfsErr(dir, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unmountAll peels every mount stacked at target.
+func unmountAll(target string) error {
 	for range 16 {
 		err := unix.Unmount(target, unix.MNT_DETACH)
 		if err == nil {
@@ -69,9 +101,9 @@ func unmountRootFS(dir string) error {
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
 			return nil
 		}
-		return rootfsErr(dir, fmt.Errorf("unmount: %w", err))
+		return fmt.Errorf("unmount %s: %w", target, err)
 	}
-	return rootfsErr(dir, errors.New("still mounted after 16 unmounts"))
+	return fmt.Errorf("%s: still mounted after 16 unmounts", target)
 }
 
 // removeBundle removes the bundle directory dir, but never while something
