@@ -262,11 +262,17 @@ func (e *Engine) recover(ctx context.Context) error {
 			continue
 		}
 		st, err := e.cfg.Backend.State(ctx, sb.ID)
-		if err != nil || st == backend.StateStopped {
+		switch {
+		case errdefs.IsNotFound(err) || err == nil && st == backend.StateStopped:
 			e.cleanup(ctx, sb.ID)
 			e.markKilled(ctx, sb.ID, "its sandbox process died while the engine was down")
 			log.Warn("sandbox died while the engine was down", "state", st, "err", err)
 			continue
+		case err != nil:
+			// "Could not tell" is no death: the sandbox is kept, and its
+			// timeout, a kill or the next start decide. Killing what
+			// may be alive would lose a user's work to a hiccup.
+			log.Warn("could not tell whether the sandbox runs; keeping it", "err", err)
 		}
 		e.track(sb)
 		if time.Now().After(sb.EndAt) {

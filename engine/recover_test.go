@@ -1,0 +1,141 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/image"
+)
+
+// stubBackend "boots" a sandbox as an HTTP server on loopback that answers
+// /health, and reports states as a test sets them.
+type stubBackend struct {
+	mu      sync.Mutex
+	servers map[string]*http.Server
+	// stateErr, when set, is what State answers for every id.
+	stateErr error
+	stopped  []string
+}
+
+func (b *stubBackend) Start(ctx context.Context, spec *backend.Spec) (*backend.Sandbox, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })}
+	go srv.Serve(ln)
+	b.mu.Lock()
+	b.servers[spec.ID] = srv
+	b.mu.Unlock()
+	return &backend.Sandbox{ID: spec.ID, AgentAddr: ln.Addr().String(), Pid: os.Getpid(), StartedAt: time.Now()}, nil
+}
+
+func (b *stubBackend) State(ctx context.Context, id string) (backend.State, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stateErr != nil {
+		return "", b.stateErr
+	}
+	if _, ok := b.servers[id]; !ok {
+		return "", fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	return backend.StateRunning, nil
+}
+
+func (b *stubBackend) Stop(ctx context.Context, id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if srv, ok := b.servers[id]; ok {
+		srv.Close()
+		delete(b.servers, id)
+		b.stopped = append(b.stopped, id)
+	}
+	return nil
+}
+
+func (b *stubBackend) List(ctx context.Context) ([]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var ids []string
+	for id := range b.servers {
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+type stubImages struct{ root string }
+
+func (s stubImages) Resolve(ctx context.Context, name string) (*image.Image, error) {
+	return &image.Image{ID: "sha256:stub", Names: []string{name}, RootFS: s.root}, nil
+}
+
+func newStubEngine(t *testing.T, root string, b *stubBackend) *Engine {
+	t.Helper()
+	agent := filepath.Join(t.TempDir(), "agent")
+	os.WriteFile(agent, nil, 0o755)
+	e, err := New(context.Background(), Config{Root: root, Backend: b, BackendName: "stub", Images: stubImages{t.TempDir()}, AgentPath: agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestRecoverKeepsWhatItCannotSee checks that a restart whose backend
+// cannot tell a sandbox's state (runsc failing for a moment) keeps the
+// sandbox and its record, and that one the backend knows is gone is
+// recorded killed.
+func TestRecoverKeepsWhatItCannotSee(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	b := &stubBackend{servers: map[string]*http.Server{}}
+	e := newStubEngine(t, root, b)
+	kept, err := e.Create(ctx, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := e.Create(ctx, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+
+	// Restart with a backend that cannot tell: nothing is killed.
+	b.stateErr = errors.New("runsc state: signal: killed")
+	e = newStubEngine(t, root, b)
+	for _, id := range []string{kept.ID, gone.ID} {
+		if _, err := e.Get(ctx, id); err != nil {
+			t.Errorf("sandbox %s after a restart that could not tell: %v", id, err)
+		}
+	}
+	if len(b.stopped) != 0 {
+		t.Errorf("the engine stopped %v, which it could not see", b.stopped)
+	}
+	e.Close()
+
+	// Restart once one sandbox is really gone: that one is recorded
+	// killed, the other kept.
+	b.stateErr = nil
+	b.Stop(ctx, gone.ID)
+	e = newStubEngine(t, root, b)
+	defer e.Close()
+	if _, err := e.Get(ctx, kept.ID); err != nil {
+		t.Errorf("the living sandbox: %v", err)
+	}
+	if _, err := e.Get(ctx, gone.ID); !errdefs.IsNotFound(err) {
+		t.Errorf("the dead sandbox: %v, want not found", err)
+	}
+	killed, _, err := e.List(ctx, ListOptions{States: []string{"killed"}})
+	if err != nil || len(killed) != 1 || killed[0].ID != gone.ID {
+		t.Errorf("killed records = %v, %v; want %s", killed, err, gone.ID)
+	}
+}
