@@ -84,7 +84,7 @@ type agentProc struct {
 
 // startAgent runs the agent on a free loopback port, as PID 1 of a new
 // PID namespace when pid1 is set.
-func startAgent(t *testing.T, pid1 bool) *agentProc {
+func startAgent(t *testing.T, pid1 bool, env ...string) *agentProc {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testutil.Skip(t, "needs root: the agent runs commands through setuid")
@@ -107,7 +107,7 @@ func startAgent(t *testing.T, pid1 bool) *agentProc {
 		cmd = exec.Command(os.Args[0], args...)
 	}
 	logs := &bytes.Buffer{}
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", "TUPPER_ACCESS_TOKEN=secret")
+	cmd.Env = append(append(os.Environ(), runMainEnv+"=1", "TUPPER_ACCESS_TOKEN=secret"), env...)
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -282,5 +282,25 @@ func TestAgent(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestNetworkEnvOutsideASandbox checks that an agent that is not a
+// sandbox's first process leaves the host's resolv.conf, hosts and trust
+// store alone, whatever the backend's variables say, and that commands
+// never see those variables.
+func TestNetworkEnvOutsideASandbox(t *testing.T) {
+	before, _ := os.ReadFile("/etc/resolv.conf")
+	a := startAgent(t, false, "TUPPER_NAMESERVER=192.0.2.99", "TUPPER_SANDBOX_ADDR=192.0.2.98", "TUPPER_TRUST_CA=not a certificate")
+	after, _ := os.ReadFile("/etc/resolv.conf")
+	if string(before) != string(after) {
+		t.Fatalf("the host's resolv.conf changed:\n%s", after)
+	}
+	out, code := a.run(t, "env | grep -cE '^TUPPER_(NAMESERVER|SANDBOX_ADDR|TRUST_CA)=' || true")
+	if code != 0 || strings.TrimSpace(out) != "0" {
+		t.Errorf("commands see Tupper's variables: %q (exit %d)", out, code)
+	}
+	if !strings.Contains(a.logs.String(), "left alone") {
+		t.Errorf("no warning in the agent's log:\n%s", a.logs.String())
 	}
 }

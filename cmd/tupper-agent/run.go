@@ -89,8 +89,14 @@ func run(o options) error {
 		netEnv[k] = os.Getenv(k)
 		os.Unsetenv(k)
 	}
-	if err := configureNetwork(netEnv); err != nil {
-		log.Warn("network configuration incomplete", "err", err)
+	// The files are the sandbox's own only when the agent is its first
+	// process; anywhere else (a test on a host) they would be the host's.
+	if os.Getpid() == 1 {
+		if err := configureNetwork(netEnv); err != nil {
+			log.Warn("network configuration incomplete", "err", err)
+		}
+	} else if netEnv[envNameserver]+netEnv[envSandboxAddr]+netEnv[envTrustCA] != "" {
+		log.Warn("not the sandbox's first process: resolv.conf, hosts and the trust store are left alone")
 	}
 	// The commands inherit the agent's environment (the image's and the
 	// sandbox's variables) minus the token and any malformed entry.
