@@ -19,8 +19,17 @@ func (e *Engine) UpdateNetwork(ctx context.Context, id string, policy *netpolicy
 	if err := policy.Normalize(); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
-	if _, err := e.Get(ctx, id); err != nil {
+	cur, err := e.Get(ctx, id)
+	if err != nil {
 		return nil, err
+	}
+	if cur.Network != nil {
+		// Who may reach the sandbox's ports is not egress: an update of
+		// egress keeps it, whatever face the update came through.
+		if policy == nil {
+			policy = &netpolicy.Policy{}
+		}
+		policy.AllowPublicTraffic, policy.MaskRequestHost = cur.Network.AllowPublicTraffic, cur.Network.MaskRequestHost
 	}
 	up, ok := e.cfg.Backend.(backend.NetworkUpdater)
 	if !ok {
@@ -30,9 +39,13 @@ func (e *Engine) UpdateNetwork(ctx context.Context, id string, policy *netpolicy
 		return nil, fmt.Errorf("sandbox %q: update network: %w", id, err)
 	}
 	// The record is read and written under mu, as SetTimeout does, so
-	// that neither undoes the other.
+	// that neither undoes the other, and only while the sandbox lives: a
+	// kill that came in between must not be undone either.
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if _, ok := e.live[id]; !ok {
+		return nil, fmt.Errorf("sandbox %q: %w (it was killed during the update)", id, errdefs.ErrNotFound)
+	}
 	sb, err := e.store.Get(ctx, id)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/image"
+	"github.com/lightbearco/tupper/netpolicy"
 )
 
 // stubBackend "boots" a sandbox as an HTTP server on loopback that answers
@@ -79,7 +80,7 @@ func (s stubImages) Resolve(ctx context.Context, name string) (*image.Image, err
 	return &image.Image{ID: "sha256:stub", Names: []string{name}, RootFS: s.root}, nil
 }
 
-func newStubEngine(t *testing.T, root string, b *stubBackend) *Engine {
+func newStubEngine(t *testing.T, root string, b backend.Backend) *Engine {
 	t.Helper()
 	agent := filepath.Join(t.TempDir(), "agent")
 	os.WriteFile(agent, nil, 0o755)
@@ -138,4 +139,43 @@ func TestRecoverKeepsWhatItCannotSee(t *testing.T) {
 	if err != nil || len(killed) != 1 || killed[0].ID != gone.ID {
 		t.Errorf("killed records = %v, %v; want %s", killed, err, gone.ID)
 	}
+}
+
+// TestUpdateNetworkKeepsPortAccess checks that an egress update, through
+// any face, keeps who may reach the sandbox's ports, and that an update
+// never brings back a killed sandbox's record.
+func TestUpdateNetworkKeepsPortAccess(t *testing.T) {
+	ctx := context.Background()
+	b := &stubBackend{servers: map[string]*http.Server{}}
+	e := newStubEngine(t, t.TempDir(), &networkStub{stubBackend: b})
+	defer e.Close()
+	private := false
+	sb, err := e.Create(ctx, CreateOptions{Network: &netpolicy.Policy{AllowPublicTraffic: &private}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.UpdateNetwork(ctx, sb.ID, &netpolicy.Policy{DenyOut: []string{"203.0.113.0/24"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Network.AllowPublicTraffic == nil || *got.Network.AllowPublicTraffic {
+		t.Errorf("the update opened the sandbox's ports: %+v", got.Network)
+	}
+	if err := e.Kill(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.UpdateNetwork(ctx, sb.ID, nil, nil); !errdefs.IsNotFound(err) {
+		t.Errorf("an update of a killed sandbox: %v, want not found", err)
+	}
+	killed, _, _ := e.List(ctx, ListOptions{States: []string{"killed"}})
+	if len(killed) != 1 {
+		t.Errorf("killed records %v, want the one", killed)
+	}
+}
+
+// networkStub adds backend.NetworkUpdater to the stub.
+type networkStub struct{ *stubBackend }
+
+func (n *networkStub) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy) error {
+	return nil
 }

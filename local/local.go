@@ -105,6 +105,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		Network: cfg.Network,
 	})
 	if err != nil {
+		images.Close()
 		return nil, err
 	}
 	ecfg := cfg.Engine
@@ -121,6 +122,10 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	eng, err := engine.New(ctx, ecfg)
 	if err != nil {
+		images.Close()
+		if c, ok := be.(io.Closer); ok {
+			c.Close()
+		}
 		return nil, err
 	}
 	r.engine = eng

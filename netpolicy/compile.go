@@ -37,7 +37,7 @@ func Compile(p *Policy) *Compiled {
 			c.denyNets = append(c.denyNets, allTraffic(n)...)
 		}
 	}
-	c.rules = p.Rules
+	c.rules = c.policy.Rules // the clone's: nothing the caller holds
 	return c
 }
 

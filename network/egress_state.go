@@ -19,8 +19,13 @@ const maxDenials = 256
 // sandbox cannot use up the daemon's memory or descriptors.
 const (
 	// maxBindings is how many names a sandbox's resolver remembers the
-	// addresses of.
-	maxBindings = 4096
+	// addresses of, and maxAddrsPerName how many addresses of each.
+	maxBindings     = 4096
+	maxAddrsPerName = 64
+	// denialLogBurst and denialLogEvery bound how fast one sandbox's
+	// denials reach the daemon's log (all of them reach its own record).
+	denialLogBurst = 20
+	denialLogEvery = time.Second
 	// bindingLife is how long an answer is remembered: longer than any
 	// TTL, since programs cache lookups past them.
 	bindingLife = time.Hour
@@ -50,6 +55,11 @@ type sandboxNet struct {
 	// bindings maps each name the sandbox looked up (an allowOut domain)
 	// to the addresses it was answered, with when they expire.
 	bindings map[string]map[netip.Addr]time.Time
+	// logTokens and logRefill pace the log lines of denials; suppressed
+	// counts those left out since the last line.
+	logTokens  int
+	logRefill  time.Time
+	suppressed int
 }
 
 // proxiedConn is a connection the egress proxy carries for a sandbox.
@@ -109,9 +119,31 @@ func (s *sandboxNet) bind(name string, addrs []netip.Addr) {
 		as = map[netip.Addr]time.Time{}
 		s.bindings[name] = as
 	}
+	for a, exp := range as {
+		if now.After(exp) {
+			delete(as, a)
+		}
+	}
 	for _, a := range addrs {
+		if _, ok := as[a.Unmap()]; !ok && len(as) >= maxAddrsPerName {
+			// A resolver that answers a new address every time must not
+			// grow this without end; the oldest answers go first.
+			delete(as, oldestBinding(as))
+		}
 		as[a.Unmap()] = now.Add(bindingLife)
 	}
+}
+
+// oldestBinding returns the address of as that expires first.
+func oldestBinding(as map[netip.Addr]time.Time) netip.Addr {
+	var oldest netip.Addr
+	var at time.Time
+	for a, exp := range as {
+		if !oldest.IsValid() || exp.Before(at) {
+			oldest, at = a, exp
+		}
+	}
+	return oldest
 }
 
 // boundTo reports whether name resolved to a for this sandbox lately.
@@ -231,16 +263,39 @@ func (s *sandboxNet) deny(d netpolicy.Denial) {
 	if d.Time.IsZero() {
 		d.Time = time.Now().UTC()
 	}
-	s.log.Info("egress denied", "op", "egress", "kind", d.Kind, "protocol", d.Protocol,
-		"destination", d.Destination, "host", d.Host, "rule", d.Rule)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.logAllowed(d.Time) {
+		s.log.Info("egress denied", "op", "egress", "kind", d.Kind, "protocol", d.Protocol,
+			"destination", d.Destination, "host", d.Host, "rule", d.Rule, "suppressed", s.suppressed)
+		s.suppressed = 0
+	} else {
+		s.suppressed++
+	}
 	if len(s.denials) < maxDenials {
 		s.denials = append(s.denials, d)
 		return
 	}
 	s.denials[s.next] = d
 	s.next = (s.next + 1) % maxDenials
+}
+
+// logAllowed reports whether a denial at now may be logged: at most
+// denialLogBurst at once, refilled one per denialLogEvery. The caller holds
+// s.mu.
+func (s *sandboxNet) logAllowed(now time.Time) bool {
+	if s.logRefill.IsZero() {
+		s.logTokens, s.logRefill = denialLogBurst, now
+	}
+	if n := int(now.Sub(s.logRefill) / denialLogEvery); n > 0 {
+		s.logTokens = min(denialLogBurst, s.logTokens+n)
+		s.logRefill = s.logRefill.Add(time.Duration(n) * denialLogEvery)
+	}
+	if s.logTokens == 0 {
+		return false
+	}
+	s.logTokens--
+	return true
 }
 
 // Denials returns the recent denials, oldest first.

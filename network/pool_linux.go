@@ -81,7 +81,13 @@ func (p *Pool) reapply() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := p.cfg.Policy.Apply(ctx, ep); err != nil {
-			p.log.Warn("network: apply policy again", "sandbox", ep.ID, "err", err)
+			// Fail closed: the old process's rules would send the
+			// sandbox's lookups and web traffic to ports nobody of ours
+			// holds now. Without them the sandbox reaches nothing.
+			p.log.Warn("network: apply policy again failed; the sandbox has no network until its policy is updated", "sandbox", ep.ID, "err", err)
+			if rerr := p.cfg.Policy.Remove(ctx, ep); rerr != nil {
+				p.log.Warn("network: remove the rules of the old process", "sandbox", ep.ID, "err", rerr)
+			}
 		}
 		cancel()
 	}
@@ -100,11 +106,18 @@ func (p *Pool) UpdatePolicy(ctx context.Context, id string, pol *netpolicy.Polic
 	if err != nil {
 		return err
 	}
+	old := ep.Egress
 	ep.Egress = pol.Clone()
 	if err := p.writeLease(ep); err != nil {
 		return fmt.Errorf("sandbox %q: network: %w", id, err)
 	}
 	if err := up.Update(ctx, ep); err != nil {
+		// The lease must say what is in force, or a restart would
+		// enforce a policy the caller was told had failed.
+		ep.Egress = old
+		if lerr := p.writeLease(ep); lerr != nil {
+			err = errors.Join(err, fmt.Errorf("restore the lease: %w", lerr))
+		}
 		return fmt.Errorf("sandbox %q: network: %w", id, err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package network
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -613,5 +614,37 @@ func TestProxyConnectionCap(t *testing.T) {
 	sb.release()
 	if !sb.acquire() {
 		t.Fatal("a released slot was not given again")
+	}
+}
+
+// TestBindingsAreBounded checks that a resolver answering a new address
+// every time cannot grow what a sandbox remembers without end.
+func TestBindingsAreBounded(t *testing.T) {
+	sb, _ := newTestSandbox(t, "127.0.0.1", domainsOnly("*.evil.test"))
+	for i := range 1000 {
+		sb.bind("a.evil.test", []netip.Addr{netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)})})
+	}
+	if n := len(sb.bindings["a.evil.test"]); n > maxAddrsPerName {
+		t.Errorf("%d addresses remembered for one name, want at most %d", n, maxAddrsPerName)
+	}
+	if !sb.boundTo("a.evil.test", netip.AddrFrom4([4]byte{198, 51, 3, 231})) {
+		t.Error("the newest answer was forgotten")
+	}
+}
+
+// TestDenialLogIsPaced checks that a sandbox looping on a refused name
+// fills its own record, not the daemon's log.
+func TestDenialLogIsPaced(t *testing.T) {
+	var buf bytes.Buffer
+	ep := &Endpoint{ID: "sb-log", HostIf: "tplog", HostAddr: netip.MustParsePrefix("10.213.9.1/30"), SandboxAddr: netip.MustParsePrefix("10.213.9.2/30")}
+	sb := newSandboxNet(ep, compilePolicy(t, nil), slog.New(slog.NewTextHandler(&buf, nil)))
+	for range 500 {
+		sb.deny(netpolicy.Denial{Kind: "dns", Destination: "refused.test", Rule: "r"})
+	}
+	if lines := strings.Count(buf.String(), "egress denied"); lines > denialLogBurst+1 {
+		t.Errorf("%d log lines for 500 denials in a moment, want at most about %d", lines, denialLogBurst)
+	}
+	if got := len(sb.Denials()); got != maxDenials {
+		t.Errorf("the record holds %d denials, want the last %d", got, maxDenials)
 	}
 }

@@ -199,17 +199,14 @@ func decodeTimeout(data []byte) (time.Duration, error) {
 }
 
 // decodeNetwork parses a network update body into the policy that
-// replaces old's egress settings.
-func decodeNetwork(data []byte, old *netpolicy.Policy) (*netpolicy.Policy, *bool, error) {
+// replaces the sandbox's egress settings (the engine keeps who may reach
+// its ports).
+func decodeNetwork(data []byte) (*netpolicy.Policy, *bool, error) {
 	var b networkBody
 	if err := decodeJSON(data, &b); err != nil {
 		return nil, nil, err
 	}
 	p := &netpolicy.Policy{AllowOut: b.AllowOut, DenyOut: b.DenyOut, Rules: b.Rules, EgressProxy: b.EgressProxy}
-	if old != nil {
-		// Who may reach the sandbox's ports is not egress: it stays.
-		p.AllowPublicTraffic, p.MaskRequestHost = old.AllowPublicTraffic, old.MaskRequestHost
-	}
 	if err := p.Normalize(); err != nil {
 		return nil, nil, err
 	}

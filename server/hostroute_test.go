@@ -176,7 +176,10 @@ func TestPrivateTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seen struct{ Header http.Header }
+	var seen struct {
+		Path   string
+		Header http.Header
+	}
 	json.NewDecoder(resp.Body).Decode(&seen)
 	resp.Body.Close()
 	if resp.StatusCode != 200 || seen.Header == nil {
@@ -186,17 +189,19 @@ func TestPrivateTraffic(t *testing.T) {
 		t.Errorf("the sandbox's own server received the envd access token %q", got)
 	}
 	// Nor any API key, whatever header carries it; other credentials pass.
-	req, _ = http.NewRequest("GET", e.http.URL+"/", nil)
+	req, _ = http.NewRequest("GET", e.http.URL+"/?token="+e.key+"&page=2", nil)
 	req.Host = fmt.Sprintf("%d-%s.tupper.test", port, sb.SandboxID)
 	req.Header.Set("E2B-Traffic-Access-Token", *sb.TrafficAccessToken)
 	req.Header.Set("Authorization", "Bearer "+e.key)
 	req.Header.Set("X-Forwarded-Key", "token="+e.key+"; x=1")
+	req.Header.Set("Referer", "http://app.test/?k%3d"+e.key)
+	req.Header.Set("X-Joined", "x_"+e.key)
 	req.Header.Add("X-App-Token", "app-secret")
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen.Header = nil
+	seen.Header, seen.Path = nil, ""
 	json.NewDecoder(resp.Body).Decode(&seen)
 	resp.Body.Close()
 	if resp.StatusCode != 200 || seen.Header == nil {
@@ -211,6 +216,9 @@ func TestPrivateTraffic(t *testing.T) {
 	}
 	if got := seen.Header.Get("X-App-Token"); got != "app-secret" {
 		t.Errorf("a credential of the app's own was dropped: %q", got)
+	}
+	if strings.Contains(seen.Path, e.key) || !strings.Contains(seen.Path, "page=2") {
+		t.Errorf("the app saw the path %q: want the key out of the query and the rest kept", seen.Path)
 	}
 	_, _, raw := e.do("GET", "/sandboxes/"+sb.SandboxID, "")
 	if !strings.Contains(string(raw), `"allowPublicTraffic":false`) {

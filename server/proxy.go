@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,20 +61,47 @@ func stripAPIKeys(h http.Header) {
 	}
 }
 
-// carriesAPIKey reports whether a header value holds a word shaped like a
-// Tupper API key.
+// carriesAPIKey reports whether v holds a Tupper API key anywhere, as
+// it is or percent-encoded: "e2b_" and 40 lower-case hex digits, whatever
+// stands around them.
 func carriesAPIKey(v string) bool {
-	if !strings.Contains(v, auth.KeyPrefix) {
-		return false
-	}
-	for _, w := range strings.FieldsFunc(v, func(r rune) bool {
-		return !('0' <= r && r <= '9' || 'a' <= r && r <= 'z' || r == '_')
-	}) {
-		if auth.CheckFormat(w) == nil {
+	for rest := v; ; {
+		i := strings.Index(rest, auth.KeyPrefix)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(auth.KeyPrefix):]
+		if len(rest) >= apiKeyHexLen && isLowerHex(rest[:apiKeyHexLen]) {
 			return true
 		}
 	}
-	return false
+}
+
+// apiKeyHexLen is how many hex digits follow auth.KeyPrefix in a key.
+const apiKeyHexLen = 40
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// stripAPIKeysFromQuery removes the query parameters whose name or value
+// carries an API key.
+func stripAPIKeysFromQuery(u *url.URL) {
+	if !strings.Contains(u.RawQuery, auth.KeyPrefix) {
+		return
+	}
+	q := u.Query()
+	for k, vs := range q {
+		if carriesAPIKey(k) || slices.ContainsFunc(vs, carriesAPIKey) {
+			q.Del(k)
+		}
+	}
+	u.RawQuery = q.Encode()
 }
 
 func (s *Server) newProxy() *httputil.ReverseProxy {
@@ -90,6 +119,7 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 				pr.Out.Header.Del(h)
 			}
 			stripAPIKeys(pr.Out.Header)
+			stripAPIKeysFromQuery(pr.Out.URL)
 			if !t.agent {
 				// The envd token opens the agent, which runs commands as
 				// root: a server of the sandbox's own must never see it.

@@ -16,12 +16,11 @@ func (s *Server) handleNetwork(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sb, err := s.engine.Get(r.Context(), id)
-	if err != nil {
+	if _, err := s.engine.Get(r.Context(), id); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	policy, internet, err := decodeNetwork(data, sb.Network)
+	policy, internet, err := decodeNetwork(data)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

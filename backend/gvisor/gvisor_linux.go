@@ -128,6 +128,9 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Debug {
 		debugDir := filepath.Join(cfg.Root, "debug")
 		if err := os.MkdirAll(debugDir, 0o700); err != nil {
+			if egress != nil {
+				egress.Close()
+			}
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
 		flags = append(flags, "--debug-log="+debugDir+"/")

@@ -117,6 +117,8 @@ func runExec(ctx context.Context, g *globals, o *execOptions) error {
 	h, err := sb.Commands.Start(waitCtx, shellJoin(o.argv), opts...)
 	if err != nil {
 		if ctx.Err() == nil && (waitCtx.Err() != nil || o.timeout > 0 && sdk.IsDeadlineExceeded(err)) {
+			// No pid came back, so nothing can be killed from here; an
+			// agent that wakes up ends the command at --timeout itself.
 			return unanswered()
 		}
 		return r.data(ctx, err, o.id)
