@@ -133,6 +133,10 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	if err := e.store.Put(ctx, sb); err != nil {
 		return nil, err
 	}
+	if err := e.leaseImage(ctx, sb); err != nil {
+		e.store.Delete(context.WithoutCancel(ctx), sb.ID)
+		return nil, fmt.Errorf("create: %w", err)
+	}
 	spec := &backend.Spec{
 		ID:        sb.ID,
 		RootFS:    img.RootFS,
@@ -170,6 +174,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		if derr := e.store.Delete(stopCtx, sb.ID); derr != nil {
 			log.Error("delete record of failed create", "err", derr)
 		}
+		e.releaseImage(stopCtx, sb.ID)
 		return nil, fmt.Errorf("create sandbox from %q: %w", ref, err)
 	}
 	if !e.track(sb) {

@@ -9,6 +9,8 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +36,18 @@ type Sandbox = store.Sandbox
 // *image.Store implements it.
 type Images interface {
 	Resolve(ctx context.Context, name string) (*image.Image, error)
+}
+
+// ImageLeaser is an Images that keeps an image's data while a sandbox
+// runs on it: the engine leases each sandbox's image at create and
+// releases it once the sandbox is gone. Without it, removing an image
+// that sandboxes run on may delete their root filesystem under them.
+// *image.Store implements it.
+type ImageLeaser interface {
+	Lease(ctx context.Context, holder, id string) error
+	Release(ctx context.Context, holder string) error
+	// Holders returns the holders of leases; id empty means of any image.
+	Holders(ctx context.Context, id string) ([]string, error)
 }
 
 // Config configures an Engine.
@@ -142,6 +156,8 @@ type Engine struct {
 	// once, under mu, which makes kills and expiries race-free.
 	live   map[string]*liveSandbox
 	closed bool
+	// leasePrefix starts this engine's image lease holders.
+	leasePrefix string
 	// bg bounds the work the engine starts on its own (timeouts); Close
 	// cancels it and waits.
 	bg     context.Context
@@ -181,11 +197,39 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 		live: map[string]*liveSandbox{}, bg: bg, cancel: cancel,
 	}
+	e.leasePrefix = leasePrefix(cfg.Root)
 	if err := e.recover(ctx); err != nil {
 		e.Close()
 		return nil, err
 	}
 	return e, nil
+}
+
+// leasePrefix starts the image lease holders of the engine at root: the
+// image store may be shared by several engines, and each releases only
+// its own leases.
+func leasePrefix(root string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(root)))
+	return "e" + hex.EncodeToString(sum[:4]) + "-"
+}
+
+// leaseImage pins sb's image for as long as sb lives.
+func (e *Engine) leaseImage(ctx context.Context, sb *Sandbox) error {
+	if l, ok := e.cfg.Images.(ImageLeaser); ok {
+		if err := l.Lease(ctx, e.leasePrefix+sb.ID, sb.ImageID); err != nil {
+			return fmt.Errorf("lease image %s: %w", sb.ImageRef, err)
+		}
+	}
+	return nil
+}
+
+// releaseImage unpins the image of sandbox id.
+func (e *Engine) releaseImage(ctx context.Context, id string) {
+	if l, ok := e.cfg.Images.(ImageLeaser); ok {
+		if err := l.Release(ctx, e.leasePrefix+id); err != nil {
+			e.log.Warn("release image lease", "sandbox", id, "err", err)
+		}
+	}
 }
 
 // lockRoot takes an exclusive lock on root so that two engines never manage

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lightbearco/tupper/backend"
@@ -238,6 +239,7 @@ func (e *Engine) markKilled(ctx context.Context, id, reason string) {
 	if err := e.store.Put(ctx, sb); err != nil {
 		e.log.Error("record kill", "sandbox", id, "err", err)
 	}
+	e.releaseImage(ctx, id)
 	e.log.Info("sandbox killed", "sandbox", id, "reason", reason)
 	if e.cfg.OnKilled != nil {
 		e.cfg.OnKilled(id)
@@ -303,7 +305,29 @@ func (e *Engine) recover(ctx context.Context) error {
 		e.log.Warn("stopping leftover sandbox", "sandbox", id)
 		e.cleanup(ctx, id)
 	}
+	e.releaseStaleLeases(ctx)
 	return nil
+}
+
+// releaseStaleLeases drops this engine's image leases of sandboxes it
+// does not run (a crash between a kill and its release, a create that
+// never finished).
+func (e *Engine) releaseStaleLeases(ctx context.Context) {
+	l, ok := e.cfg.Images.(ImageLeaser)
+	if !ok {
+		return
+	}
+	holders, err := l.Holders(ctx, "")
+	if err != nil {
+		e.log.Warn("list image leases", "err", err)
+		return
+	}
+	for _, h := range holders {
+		id, mine := strings.CutPrefix(h, e.leasePrefix)
+		if mine && !e.isLive(id) {
+			e.releaseImage(ctx, id)
+		}
+	}
 }
 
 func (e *Engine) cleanup(ctx context.Context, id string) {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -178,4 +179,88 @@ type networkStub struct{ *stubBackend }
 
 func (n *networkStub) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy) error {
 	return nil
+}
+
+// leasingImages is stubImages that records leases, as image.Store keeps
+// them on disk.
+type leasingImages struct {
+	stubImages
+	mu     sync.Mutex
+	leases map[string]string // holder → image id
+}
+
+func (l *leasingImages) Lease(ctx context.Context, holder, id string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leases[holder] = id
+	return nil
+}
+
+func (l *leasingImages) Release(ctx context.Context, holder string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.leases, holder)
+	return nil
+}
+
+func (l *leasingImages) Holders(ctx context.Context, id string) ([]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for h, i := range l.leases {
+		if id == "" || i == id {
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// TestImageLeases checks that a sandbox holds a lease on its image while
+// it lives, that a kill releases it, and that a restart releases the
+// leases of sandboxes the engine no longer runs, and only its own.
+func TestImageLeases(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	b := &stubBackend{servers: map[string]*http.Server{}}
+	imgs := &leasingImages{stubImages: stubImages{t.TempDir()}, leases: map[string]string{"someone-elses": "sha256:other"}}
+	open := func() *Engine {
+		agent := filepath.Join(t.TempDir(), "agent")
+		os.WriteFile(agent, nil, 0o755)
+		e, err := New(ctx, Config{Root: root, Backend: b, BackendName: "stub", Images: imgs, AgentPath: agent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	e := open()
+	a, err := e.Create(ctx, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := e.Create(ctx, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders, _ := imgs.Holders(ctx, "sha256:stub")
+	if len(holders) != 2 {
+		t.Fatalf("leases %v, want one per sandbox", holders)
+	}
+	if err := e.Kill(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if holders, _ := imgs.Holders(ctx, "sha256:stub"); len(holders) != 1 {
+		t.Errorf("after a kill: leases %v, want a's only", holders)
+	}
+	e.Close()
+	// A lease left by a crash (a kill whose release never ran).
+	imgs.Lease(ctx, leasePrefix(root)+"crashedsandbox", "sha256:stub")
+	e = open()
+	defer e.Close()
+	holders, _ = imgs.Holders(ctx, "")
+	slices.Sort(holders)
+	want := []string{leasePrefix(root) + a.ID, "someone-elses"}
+	slices.Sort(want)
+	if !slices.Equal(holders, want) {
+		t.Errorf("after a restart: leases %v, want %v", holders, want)
+	}
 }

@@ -44,7 +44,18 @@ func (s *Store) collect(ctx context.Context, wait bool) (ran bool, err error) {
 	}
 	keepBlobs := map[string]bool{}
 	keepRoots := map[string]bool{}
+	leased, err := s.leases()
+	if err != nil {
+		return true, err
+	}
+	keep := make([]*record, 0, len(idx.Images)+len(leased))
 	for _, r := range idx.Images {
+		keep = append(keep, r)
+	}
+	for _, r := range leased {
+		keep = append(keep, r)
+	}
+	for _, r := range keep {
 		keepBlobs[strings.TrimPrefix(r.ID, idPrefix)] = true
 		keepBlobs[strings.TrimPrefix(r.Manifest, idPrefix)] = true
 		for _, layer := range r.Layers {

@@ -92,7 +92,7 @@ func Open(cfg Config) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{root: root, log: log.With("component", "image")}
-	for _, d := range []string{"", "blobs", filepath.Join("blobs", "sha256"), "unpacked", "locks", "tmp"} {
+	for _, d := range []string{"", "blobs", filepath.Join("blobs", "sha256"), "unpacked", "locks", "tmp", "leases"} {
 		p := filepath.Join(root, d)
 		if err := os.MkdirAll(p, 0o700); err != nil {
 			return nil, fmt.Errorf("create image store directory %s: %w: check that the parent exists and is writable", p, err)

@@ -3,12 +3,15 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/lightbearco/tupper/errdefs"
 
 	"github.com/spf13/cobra"
 
@@ -231,7 +234,9 @@ func newImageRmCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm NAME...",
 		Short: "Remove image names; data no name uses any more is deleted",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Remove image names. Data that no name uses any more is deleted, except while
+sandboxes run on it: then it stays until the last of them ends.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := g.openImages()
 			if err != nil {
@@ -239,10 +244,20 @@ func newImageRmCmd(g *globals) *cobra.Command {
 			}
 			defer st.Close()
 			for _, n := range args {
+				img, err := st.Resolve(cmd.Context(), n)
+				if err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+					return err
+				}
 				if err := st.Remove(cmd.Context(), n); err != nil {
 					return err
 				}
 				fmt.Fprintln(g.stdout, "removed", n)
+				if img == nil {
+					continue
+				}
+				if holders, err := st.Holders(cmd.Context(), img.ID); err == nil && len(holders) > 0 {
+					fmt.Fprintf(g.stderr, "tupper: %d sandbox(es) run on %s: its data stays until they end\n", len(holders), n)
+				}
 			}
 			return nil
 		},
