@@ -210,6 +210,12 @@ func (d *dnsServer) answer(r *dns.Msg, src netip.Addr) *dns.Msg {
 	}
 	q := r.Question[0]
 	name := dns.CanonicalName(q.Name)
+	if dnsTrimDot(name) == sb.id {
+		// The sandbox's own hostname, which /etc/hosts answers; resolver
+		// libraries ask for its other record types too. Nothing to
+		// forward, nothing refused.
+		return dnsReply(r, dns.RcodeSuccess)
+	}
 	pol := sb.Policy()
 	v := pol.NameVerdict(name)
 	if !v.Allowed {

@@ -386,3 +386,20 @@ func TestDNSKeepsAAAAForIPv6Sandboxes(t *testing.T) {
 		})
 	}
 }
+
+// TestDNSOwnHostname checks that lookups of the sandbox's own name (its
+// id, which /etc/hosts answers) are neither forwarded nor logged as
+// refused, even under deny-all.
+func TestDNSOwnHostname(t *testing.T) {
+	zone, up := startTestZone(t)
+	sb, lk := newTestSandbox(t, "127.0.0.1", &netpolicy.Policy{DenyOut: []string{"0.0.0.0/0"}})
+	d := startTestDNS(t, lk, up)
+	r := dnsQuery(t, d.Port(), "127.0.0.1", "udp", sb.id, dns.TypeAAAA, 1232)
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 {
+		t.Errorf("own hostname: rcode %s, answer %v", dns.RcodeToString[r.Rcode], r.Answer)
+	}
+	if n := zone.queries.Load(); n != 0 {
+		t.Errorf("the upstream was asked %d times", n)
+	}
+	checkDenials(t, sb, nil)
+}
