@@ -54,8 +54,7 @@ func (e *Engine) UpdateNetwork(ctx context.Context, id string, policy *netpolicy
 	if err := e.store.Put(ctx, sb); err != nil {
 		return nil, err
 	}
-	e.log.Info("network policy updated", "sandbox", id, "allowOut", policy.AllowOutOrNil(), "denyOut", policy.DenyOutOrNil(),
-		"rules", string(policy.MarshalRulesRedacted()), "allowInternetAccess", internet)
+	e.log.Info("network policy updated", "sandbox", id, "network", policy.Redact(), "allowInternetAccess", internet)
 	return sb, nil
 }
 

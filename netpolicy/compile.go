@@ -13,13 +13,12 @@ type Compiled struct {
 	allowDomains []string // exact names
 	allowSuffix  []string // wildcards, as ".example.com"
 	rules        map[string][]Rule
-	policy       *Policy
 }
 
 // Compile compiles p, which must have been normalized; nil compiles to
 // "allow everything".
 func Compile(p *Policy) *Compiled {
-	c := &Compiled{policy: p.Clone()}
+	c := &Compiled{}
 	if p == nil {
 		return c
 	}
@@ -37,7 +36,7 @@ func Compile(p *Policy) *Compiled {
 			c.denyNets = append(c.denyNets, allTraffic(n)...)
 		}
 	}
-	c.rules = c.policy.Rules // the clone's: nothing the caller holds
+	c.rules = p.Clone().Rules // nothing the caller holds
 	return c
 }
 
@@ -62,26 +61,17 @@ func prefixOf(e string) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
-// Policy returns a copy of the policy c was compiled from.
-func (c *Compiled) Policy() *Policy { return c.policy.Clone() }
-
 // AllowNets returns the IP entries of AllowOut.
 func (c *Compiled) AllowNets() []netip.Prefix { return c.allowNets }
 
 // DenyNets returns the entries of DenyOut.
 func (c *Compiled) DenyNets() []netip.Prefix { return c.denyNets }
 
-// HasDomains reports whether AllowOut names any domain, which makes
-// connections to ports 80 and 443 go through the egress proxy.
-func (c *Compiled) HasDomains() bool { return len(c.allowDomains)+len(c.allowSuffix) > 0 }
-
-// HasRules reports whether the policy transforms any requests, which also
-// makes HTTPS go through the egress proxy.
-func (c *Compiled) HasRules() bool { return len(c.rules) > 0 }
-
 // Inspects reports whether connections to ports 80 and 443 must go through
 // the egress proxy: the policy names domains or has rules.
-func (c *Compiled) Inspects() bool { return c.HasDomains() || c.HasRules() }
+func (c *Compiled) Inspects() bool {
+	return len(c.allowDomains)+len(c.allowSuffix)+len(c.rules) > 0
+}
 
 // Verdict is a decision and the entry that made it, for logs and denial
 // reports.
@@ -124,16 +114,6 @@ func (c *Compiled) IPVerdict(a netip.Addr) Verdict {
 		return Verdict{Allowed: false, Rule: `denyOut "` + p.String() + `"`}
 	}
 	return Verdict{Allowed: true, Rule: "default"}
-}
-
-// Decide decides a connection to a (port 80 or 443 with host the HTTP
-// Host or TLS SNI, else host empty): a matching domain entry allows it,
-// otherwise the IP entries decide.
-func (c *Compiled) Decide(a netip.Addr, host string) Verdict {
-	if v, ok := c.DomainVerdict(host); ok {
-		return v
-	}
-	return c.IPVerdict(a)
 }
 
 // NameVerdict decides whether the sandbox's resolver answers a lookup of

@@ -282,42 +282,6 @@ func validHeaderName(h string) bool {
 	return true
 }
 
-// MarshalRulesRedacted returns p's rules with every header value replaced,
-// for logs: secrets never reach a log line.
-func (p *Policy) MarshalRulesRedacted() json.RawMessage {
-	if p == nil || len(p.Rules) == 0 {
-		return nil
-	}
-	red := map[string][]map[string]any{}
-	for k, rs := range p.Rules {
-		for _, r := range rs {
-			hs := []string{}
-			if r.Transform != nil {
-				hs = slices.Sorted(maps.Keys(r.Transform.Headers))
-			}
-			red[k] = append(red[k], map[string]any{"headers": hs})
-		}
-	}
-	b, _ := json.Marshal(red)
-	return b
-}
-
-// AllowOutOrNil returns p's AllowOut, or nil for a nil p; for logs.
-func (p *Policy) AllowOutOrNil() []string {
-	if p == nil {
-		return nil
-	}
-	return p.AllowOut
-}
-
-// DenyOutOrNil returns p's DenyOut, or nil for a nil p; for logs.
-func (p *Policy) DenyOutOrNil() []string {
-	if p == nil {
-		return nil
-	}
-	return p.DenyOut
-}
-
 // Redacted is the value that stands for a rule's header value wherever a
 // policy is shown rather than enforced.
 const Redacted = "[redacted]"

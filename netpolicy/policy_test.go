@@ -77,7 +77,10 @@ func TestWithInternet(t *testing.T) {
 	}
 }
 
-func TestDecide(t *testing.T) {
+// TestVerdicts checks the two decisions a connection is made of: a
+// domain entry by Host or SNI (which the egress proxy accepts only at an
+// address the name resolves to), else the IP entries.
+func TestVerdicts(t *testing.T) {
 	p := &Policy{
 		AllowOut: []string{"api.allowed.test", "*.wild.test", "198.51.100.0/28", "203.0.113.7"},
 		DenyOut:  []string{"0.0.0.0/0", "198.51.100.0/24"},
@@ -108,16 +111,19 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := c.Decide(a(tt.ip), tt.host)
+			v, named := c.DomainVerdict(tt.host)
+			if !named {
+				v = c.IPVerdict(a(tt.ip))
+			}
 			if v.Allowed != tt.allowed || v.Rule != tt.rule {
-				t.Errorf("Decide(%s, %q) = %+v, want %v %q", tt.ip, tt.host, v, tt.allowed, tt.rule)
+				t.Errorf("%s, %q: %+v, want %v %q", tt.ip, tt.host, v, tt.allowed, tt.rule)
 			}
 		})
 	}
 	if !c.Inspects() || Compile(&Policy{DenyOut: []string{"10.0.0.0/8"}}).Inspects() {
 		t.Error("Inspects is wrong")
 	}
-	if v := Compile(nil).Decide(a("203.0.113.1"), ""); !v.Allowed {
+	if v := Compile(nil).IPVerdict(a("203.0.113.1")); !v.Allowed {
 		t.Errorf("nil policy denies: %+v", v)
 	}
 }
@@ -196,11 +202,17 @@ func TestAlwaysDenied(t *testing.T) {
 	}
 }
 
-func TestMarshalRulesRedacted(t *testing.T) {
+func TestRedact(t *testing.T) {
 	p := &Policy{Rules: map[string][]Rule{"a.io": {{Transform: &Transform{Headers: map[string]string{"Authorization": "Bearer SECRET"}}}}}}
-	got := string(p.MarshalRulesRedacted())
-	if strings.Contains(got, "SECRET") || !strings.Contains(got, "Authorization") {
-		t.Errorf("redacted rules = %s", got)
+	got := p.Redact()
+	if h := got.Rules["a.io"][0].Transform.Headers; h["Authorization"] != Redacted {
+		t.Errorf("redacted headers = %v", h)
+	}
+	if p.Rules["a.io"][0].Transform.Headers["Authorization"] != "Bearer SECRET" {
+		t.Error("Redact changed the policy it was given")
+	}
+	if (*Policy)(nil).Redact() != nil {
+		t.Error("a nil policy redacts to something")
 	}
 }
 
