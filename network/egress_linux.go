@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -40,10 +39,10 @@ type Egress struct {
 	baseDone bool
 	v6Done   bool // IPv6 forwarding is on
 
-	mu    sync.RWMutex
-	byID  map[string]*sandboxNet
-	byIP  map[netip.Addr]*sandboxNet
-	rules map[string][]string // the rule names of each host interface, by log index
+	mu   sync.RWMutex
+	byID map[string]*sandboxNet
+	byIP map[netip.Addr]*sandboxNet
+	byIf map[string]*sandboxNet // by host-side interface, for the kernel's log
 
 	forbiddenNets atomic.Pointer[[]netip.Prefix]
 }
@@ -74,7 +73,7 @@ func NewEgress(cfg EgressConfig) (_ *Egress, retErr error) {
 	}
 	e := &Egress{
 		cfg: cfg, log: cfg.Logger.With("op", "egress"),
-		byID: map[string]*sandboxNet{}, byIP: map[netip.Addr]*sandboxNet{}, rules: map[string][]string{},
+		byID: map[string]*sandboxNet{}, byIP: map[netip.Addr]*sandboxNet{}, byIf: map[string]*sandboxNet{},
 	}
 	defer func() {
 		if retErr != nil {
@@ -150,8 +149,9 @@ func (e *Egress) Apply(ctx context.Context, ep *Endpoint) error {
 	old := e.byID[ep.ID]
 	if old != nil {
 		delete(e.byIP, old.addr)
+		delete(e.byIf, old.hostIf)
 	}
-	e.byID[ep.ID], e.byIP[sb.addr] = sb, sb
+	e.byID[ep.ID], e.byIP[sb.addr], e.byIf[sb.hostIf] = sb, sb, sb
 	e.mu.Unlock()
 	if old != nil {
 		old.closeAll()
@@ -186,8 +186,8 @@ func (e *Egress) Remove(ctx context.Context, ep *Endpoint) error {
 	if sb != nil {
 		delete(e.byID, ep.ID)
 		delete(e.byIP, sb.addr)
+		delete(e.byIf, sb.hostIf)
 	}
-	delete(e.rules, ep.HostIf)
 	e.mu.Unlock()
 	if sb != nil {
 		sb.closeAll()
@@ -220,37 +220,35 @@ func (e *Egress) install(ctx context.Context, sb *sandboxNet, pol *netpolicy.Com
 	if err != nil {
 		return fmt.Errorf("egress: sandbox %q: firewall: %w", sb.id, err)
 	}
-	e.mu.Lock()
-	e.rules[sb.hostIf] = names
-	e.mu.Unlock()
+	sb.mu.Lock()
+	sb.ruleNames = names
+	sb.mu.Unlock()
 	return nil
 }
 
+// ensureBase installs the base rule set, once.
 func (e *Egress) ensureBase(ctx context.Context) error {
-	e.baseMu.Lock()
-	defer e.baseMu.Unlock()
-	if e.baseDone {
-		return nil
-	}
-	if err := ensureEgressBase(ctx, e.cfg.IfPrefix); err != nil {
-		return fmt.Errorf("egress: %w", err)
-	}
-	e.baseDone = true
-	return nil
+	return e.once(&e.baseDone, func() error { return ensureEgressBase(ctx, e.cfg.IfPrefix) })
 }
 
 // ensureIPv6 turns IPv6 forwarding on, once, for the first sandbox that
 // has IPv6.
 func (e *Egress) ensureIPv6(ctx context.Context) error {
+	return e.once(&e.v6Done, func() error { return ensureIPv6Forwarding(ctx) })
+}
+
+// once runs f unless done says it succeeded before; a failure is tried
+// again by the next caller.
+func (e *Egress) once(done *bool, f func() error) error {
 	e.baseMu.Lock()
 	defer e.baseMu.Unlock()
-	if e.v6Done {
+	if *done {
 		return nil
 	}
-	if err := ensureIPv6Forwarding(ctx); err != nil {
+	if err := f(); err != nil {
 		return fmt.Errorf("egress: %w", err)
 	}
-	e.v6Done = true
+	*done = true
 	return nil
 }
 
@@ -332,22 +330,17 @@ func compactPrefixes(nets []netip.Prefix) []netip.Prefix {
 // kernelDenial records a flow the firewall refused.
 func (e *Egress) kernelDenial(hostIf string, idx int, proto string, dst netip.AddrPort) {
 	e.mu.RLock()
-	var sb *sandboxNet
-	for _, s := range e.byID {
-		if s.hostIf == hostIf {
-			sb = s
-			break
-		}
-	}
-	names := e.rules[hostIf]
+	sb := e.byIf[hostIf]
 	e.mu.RUnlock()
 	if sb == nil {
 		return
 	}
 	rule := "firewall rule " + fmt.Sprint(idx)
-	if idx >= 0 && idx < len(names) {
-		rule = names[idx]
+	sb.mu.Lock()
+	if idx >= 0 && idx < len(sb.ruleNames) {
+		rule = sb.ruleNames[idx]
 	}
+	sb.mu.Unlock()
 	sb.deny(netpolicy.Denial{Kind: "connect", Protocol: strings.ToLower(proto), Destination: dst.String(), Rule: rule})
 }
 
@@ -360,11 +353,10 @@ func HostHasIPv6Route() bool {
 		return false
 	}
 	for _, r := range routes {
-		if r.Dst != nil && r.Dst.IP != nil && !r.Dst.IP.IsUnspecified() {
-			continue
-		}
-		if ones, _ := maskSize(r.Dst); ones != 0 {
-			continue
+		if r.Dst != nil {
+			if ones, _ := r.Dst.Mask.Size(); ones != 0 {
+				continue // not a default route
+			}
 		}
 		link, err := netlink.LinkByIndex(r.LinkIndex)
 		if err != nil || strings.HasPrefix(link.Attrs().Name, DefaultIfPrefix) || link.Attrs().Name == "lo" {
@@ -373,11 +365,4 @@ func HostHasIPv6Route() bool {
 		return true
 	}
 	return false
-}
-
-func maskSize(n *net.IPNet) (int, int) {
-	if n == nil {
-		return 0, 128
-	}
-	return n.Mask.Size()
 }

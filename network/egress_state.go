@@ -2,6 +2,7 @@ package network
 
 import (
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -46,12 +47,14 @@ type sandboxNet struct {
 	addr6, gw6 netip.Addr
 	log        *slog.Logger
 
-	mu      sync.Mutex
-	policy  *netpolicy.Compiled
-	denials []netpolicy.Denial // ring, oldest first once full
-	next    int
-	conns   map[*proxiedConn]struct{}
-	active  int // proxied connections, tracked or not yet
+	mu     sync.Mutex
+	policy *netpolicy.Compiled
+	// ruleNames name the firewall's rules by the index its log reports.
+	ruleNames []string
+	denials   []netpolicy.Denial // ring, oldest first once full
+	next      int
+	conns     map[*proxiedConn]struct{}
+	active    int // proxied connections, tracked or not yet
 	// bindings maps each name the sandbox looked up (an allowOut domain)
 	// to the addresses it was answered, with when they expire.
 	bindings map[string]map[netip.Addr]time.Time
@@ -150,11 +153,7 @@ func oldestBinding(as map[netip.Addr]time.Time) netip.Addr {
 func (s *sandboxNet) boundTo(name string, a netip.Addr) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.boundToLocked(canonicalHost(name), a)
-}
-
-func (s *sandboxNet) boundToLocked(name string, a netip.Addr) bool {
-	exp, ok := s.bindings[name][a.Unmap()]
+	exp, ok := s.bindings[canonicalHost(name)][a.Unmap()]
 	return ok && time.Now().Before(exp)
 }
 
@@ -211,22 +210,19 @@ func (s *sandboxNet) release() {
 func (s *sandboxNet) setPolicy(pol *netpolicy.Compiled, forbidden func(netip.Addr) bool) int {
 	s.mu.Lock()
 	s.policy = pol
-	var cut []*proxiedConn
-	for c := range s.conns {
-		allowed := pol.IPVerdict(c.dst.Addr()).Allowed
-		if _, named := pol.DomainVerdict(c.host); named && s.boundToLocked(canonicalHost(c.host), c.dst.Addr()) {
-			allowed = true
-		}
-		if forbidden(c.dst.Addr()) || !allowed {
-			cut = append(cut, c)
-			delete(s.conns, c)
-		}
-	}
+	conns := slices.Collect(maps.Keys(s.conns))
 	s.mu.Unlock()
-	for _, c := range cut {
-		c.close()
+	// Decided as the proxy decides a new connection (without a fresh
+	// lookup: what the sandbox connected to was resolved already).
+	cut := 0
+	for _, c := range conns {
+		if forbidden(c.dst.Addr()) || !s.decide(pol, c.dst.Addr(), c.host, nil).Allowed {
+			s.untrack(c)
+			c.close()
+			cut++
+		}
 	}
-	return len(cut)
+	return cut
 }
 
 // track registers a proxied connection; the returned function forgets it.
@@ -234,23 +230,19 @@ func (s *sandboxNet) track(c *proxiedConn) (untrack func()) {
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
-	return func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-	}
+	return func() { s.untrack(c) }
+}
+
+func (s *sandboxNet) untrack(c *proxiedConn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
 }
 
 // closeAll cuts every proxied connection, when the sandbox goes.
 func (s *sandboxNet) closeAll() {
 	s.mu.Lock()
-	conns := slices.Collect(func(yield func(*proxiedConn) bool) {
-		for c := range s.conns {
-			if !yield(c) {
-				return
-			}
-		}
-	})
+	conns := slices.Collect(maps.Keys(s.conns))
 	clear(s.conns)
 	s.mu.Unlock()
 	for _, c := range conns {
