@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -55,23 +54,6 @@ func openExtras(path string) (*extrasStore, error) {
 }
 
 func (x *extrasStore) Close() error { return x.db.Close() }
-
-// get returns id's extras; a sandbox without any gets the zero value.
-func (x *extrasStore) get(ctx context.Context, id string) (*sandboxExtras, error) {
-	var data string
-	err := x.db.QueryRowContext(ctx, `SELECT data FROM sandbox_extras WHERE id = ?`, id).Scan(&data)
-	if errors.Is(err, sql.ErrNoRows) {
-		return &sandboxExtras{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: load server record: %w", id, err)
-	}
-	var ex sandboxExtras
-	if err := json.Unmarshal([]byte(data), &ex); err != nil {
-		return nil, fmt.Errorf("sandbox %q: decode server record: %w", id, err)
-	}
-	return &ex, nil
-}
 
 // put stores id's extras.
 func (x *extrasStore) put(ctx context.Context, id string, ex *sandboxExtras) error {
