@@ -82,6 +82,9 @@ type Config struct {
 	// BootTimeout bounds how long a create waits for the agent to
 	// answer; zero means 30 seconds.
 	BootTimeout time.Duration
+	// StopRetry is how long after a failed stop the engine tries again;
+	// zero means 30 seconds.
+	StopRetry time.Duration
 
 	// OnKilled, when set, is called with a sandbox's id once it has been
 	// killed, whatever the reason (a request, its timeout, a crash). Data
@@ -132,6 +135,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BootTimeout == 0 {
 		c.BootTimeout = 30 * time.Second
+	}
+	if c.StopRetry == 0 {
+		c.StopRetry = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -205,9 +205,6 @@ func (e *Engine) kill(ctx context.Context, id, reason string) error {
 	return e.stop(ctx, id, l, reason)
 }
 
-// stopRetry is how long after a failed stop the engine tries again.
-const stopRetry = 30 * time.Second
-
 // stop stops a sandbox that the caller took out of live, and records it
 // killed. When the backend fails to stop it, the sandbox goes back into
 // live with its timer set to try again: nothing is left running untracked.
@@ -221,10 +218,10 @@ func (e *Engine) stop(ctx context.Context, id string, l *liveSandbox, reason str
 		if !e.closed {
 			l.endAt = time.Now() // expire must not wait for a later end
 			e.live[id] = l
-			l.timer.Reset(stopRetry)
+			l.timer.Reset(e.cfg.StopRetry)
 		}
 		e.mu.Unlock()
-		return fmt.Errorf("sandbox %q: stop (retried in %v): %w", id, stopRetry, err)
+		return fmt.Errorf("sandbox %q: stop (retried in %v): %w", id, e.cfg.StopRetry, err)
 	}
 	e.markKilled(stopCtx, id, reason)
 	return nil

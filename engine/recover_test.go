@@ -3,77 +3,18 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/backendtest"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/netpolicy"
 )
-
-// stubBackend "boots" a sandbox as an HTTP server on loopback that answers
-// /health, and reports states as a test sets them.
-type stubBackend struct {
-	mu      sync.Mutex
-	servers map[string]*http.Server
-	// stateErr, when set, is what State answers for every id.
-	stateErr error
-	stopped  []string
-}
-
-func (b *stubBackend) Start(ctx context.Context, spec *backend.Spec) (*backend.Sandbox, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })}
-	go srv.Serve(ln)
-	b.mu.Lock()
-	b.servers[spec.ID] = srv
-	b.mu.Unlock()
-	return &backend.Sandbox{ID: spec.ID, AgentAddr: ln.Addr().String(), Pid: os.Getpid(), StartedAt: time.Now()}, nil
-}
-
-func (b *stubBackend) State(ctx context.Context, id string) (backend.State, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.stateErr != nil {
-		return "", b.stateErr
-	}
-	if _, ok := b.servers[id]; !ok {
-		return "", fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
-	}
-	return backend.StateRunning, nil
-}
-
-func (b *stubBackend) Stop(ctx context.Context, id string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if srv, ok := b.servers[id]; ok {
-		srv.Close()
-		delete(b.servers, id)
-		b.stopped = append(b.stopped, id)
-	}
-	return nil
-}
-
-func (b *stubBackend) List(ctx context.Context) ([]string, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var ids []string
-	for id := range b.servers {
-		ids = append(ids, id)
-	}
-	return ids, nil
-}
 
 type stubImages struct{ root string }
 
@@ -99,7 +40,7 @@ func newStubEngine(t *testing.T, root string, b backend.Backend) *Engine {
 func TestRecoverKeepsWhatItCannotSee(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	b := &stubBackend{servers: map[string]*http.Server{}}
+	b := backendtest.NewFake()
 	e := newStubEngine(t, root, b)
 	kept, err := e.Create(ctx, CreateOptions{})
 	if err != nil {
@@ -112,21 +53,21 @@ func TestRecoverKeepsWhatItCannotSee(t *testing.T) {
 	e.Close()
 
 	// Restart with a backend that cannot tell: nothing is killed.
-	b.stateErr = errors.New("runsc state: signal: killed")
+	b.FailState(errors.New("runsc state: signal: killed"))
 	e = newStubEngine(t, root, b)
 	for _, id := range []string{kept.ID, gone.ID} {
 		if _, err := e.Get(ctx, id); err != nil {
 			t.Errorf("sandbox %s after a restart that could not tell: %v", id, err)
 		}
 	}
-	if len(b.stopped) != 0 {
-		t.Errorf("the engine stopped %v, which it could not see", b.stopped)
+	if stopped := b.Stopped(); len(stopped) != 0 {
+		t.Errorf("the engine stopped %v, which it could not see", stopped)
 	}
 	e.Close()
 
 	// Restart once one sandbox is really gone: that one is recorded
 	// killed, the other kept.
-	b.stateErr = nil
+	b.FailState(nil)
 	b.Stop(ctx, gone.ID)
 	e = newStubEngine(t, root, b)
 	defer e.Close()
@@ -147,8 +88,8 @@ func TestRecoverKeepsWhatItCannotSee(t *testing.T) {
 // never brings back a killed sandbox's record.
 func TestUpdateNetworkKeepsPortAccess(t *testing.T) {
 	ctx := context.Background()
-	b := &stubBackend{servers: map[string]*http.Server{}}
-	e := newStubEngine(t, t.TempDir(), &networkStub{stubBackend: b})
+	b := backendtest.NewFake()
+	e := newStubEngine(t, t.TempDir(), b)
 	defer e.Close()
 	private := false
 	sb, err := e.Create(ctx, CreateOptions{Network: &netpolicy.Policy{AllowPublicTraffic: &private}})
@@ -172,13 +113,6 @@ func TestUpdateNetworkKeepsPortAccess(t *testing.T) {
 	if len(killed) != 1 {
 		t.Errorf("killed records %v, want the one", killed)
 	}
-}
-
-// networkStub adds backend.NetworkUpdater to the stub.
-type networkStub struct{ *stubBackend }
-
-func (n *networkStub) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy) error {
-	return nil
 }
 
 // leasingImages is stubImages that records leases, as image.Store keeps
@@ -221,7 +155,7 @@ func (l *leasingImages) Holders(ctx context.Context, id string) ([]string, error
 func TestImageLeases(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	b := &stubBackend{servers: map[string]*http.Server{}}
+	b := backendtest.NewFake()
 	imgs := &leasingImages{stubImages: stubImages{t.TempDir()}, leases: map[string]string{"someone-elses": "sha256:other"}}
 	open := func() *Engine {
 		agent := filepath.Join(t.TempDir(), "agent")
