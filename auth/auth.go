@@ -4,6 +4,10 @@
 // every E2B SDK accepts it. Only its SHA-256 is stored: the plaintext is
 // shown once, when the key is made, and can never be read back.
 //
+// Every key belongs to a team (DefaultTeam unless it was made in another),
+// and a key acts on its team's sandboxes only: a team is the unit of
+// isolation between the users of one daemon, as on E2B.
+//
 // A Store is safe for concurrent use by one process. It keeps its own SQLite
 // database file, apart from the engine's.
 package auth
@@ -19,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -38,12 +43,20 @@ const keyHexLen = 40
 // write per request would put a synced disk write on every API call.
 const lastUsedEvery = time.Minute
 
+// DefaultTeam is the team of keys made without one, and of every key
+// made before keys had teams: one team, as on E2B, so that a single user
+// never meets teams at all.
+const DefaultTeam = "default"
+
 // Key describes a stored API key. It never holds the key itself.
 type Key struct {
 	// ID names the key for removal; it is not secret.
 	ID string `json:"id"`
 	// Name is a label chosen by whoever made the key; unique.
 	Name string `json:"name"`
+	// Team is the team the key belongs to: a key sees and touches the
+	// sandboxes of its team, and only those.
+	Team string `json:"team"`
 	// Hint is the key's first characters ("e2b_1a2b…"), to tell keys apart.
 	Hint string `json:"hint"`
 	// Created is when the key was made.
@@ -62,6 +75,8 @@ type Store struct {
 	touched map[string]time.Time
 }
 
+// schema is the first version of the database; migrations (below) bring
+// it up to date, counted in SQLite's user_version.
 const schema = `
 CREATE TABLE IF NOT EXISTS api_keys (
 	id           TEXT PRIMARY KEY,
@@ -72,6 +87,12 @@ CREATE TABLE IF NOT EXISTS api_keys (
 	last_used_ns INTEGER NOT NULL DEFAULT 0
 );
 `
+
+// migrations[i] takes the database from user_version i to i+1.
+var migrations = []string{
+	// Keys belong to teams; every key made before belongs to the default one.
+	`ALTER TABLE api_keys ADD COLUMN team TEXT NOT NULL DEFAULT '` + DefaultTeam + `'`,
+}
 
 // Open opens (creating when missing) the key database at path. The file
 // is made readable by its owner only.
@@ -98,32 +119,92 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("auth: key database %s: create schema: %w", path, err)
 	}
+	if err := migrate(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("auth: key database %s: %w", path, err)
+	}
 	return &Store{db: db, touched: map[string]time.Time{}}, nil
+}
+
+// migrate brings the database's schema up to date. It holds SQLite's
+// write lock while it reads the version and migrates, so that a CLI and a
+// daemon opening the same database at once migrate it once.
+func migrate(db *sql.DB) error {
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	var version int
+	if err := conn.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		conn.ExecContext(ctx, `ROLLBACK`)
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if version > len(migrations) {
+		conn.ExecContext(ctx, `ROLLBACK`)
+		return fmt.Errorf("schema version %d is newer than this tupper knows (%d): upgrade tupper", version, len(migrations))
+	}
+	for i := version; i < len(migrations); i++ {
+		if _, err := conn.ExecContext(ctx, migrations[i]); err != nil {
+			conn.ExecContext(ctx, `ROLLBACK`)
+			return fmt.Errorf("migrate to version %d: %w", i+1, err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, len(migrations))); err != nil {
+		conn.ExecContext(ctx, `ROLLBACK`)
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
+		conn.ExecContext(ctx, `ROLLBACK`)
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
 }
 
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
-// Create makes a new random key named name and returns its plaintext, which
-// is never shown again, and its record. An empty name is replaced by the
-// key's id. A name in use fails with errdefs.ErrAlreadyExists.
+// Create makes a new random key named name in the default team; see
+// CreateInTeam.
 func (s *Store) Create(ctx context.Context, name string) (string, *Key, error) {
+	return s.CreateInTeam(ctx, DefaultTeam, name)
+}
+
+// CreateInTeam makes a new random key named name in team and returns its
+// plaintext, which is never shown again, and its record. An empty name is
+// replaced by the key's id. A name in use fails with
+// errdefs.ErrAlreadyExists. A team needs no making: naming it is enough.
+func (s *Store) CreateInTeam(ctx context.Context, team, name string) (string, *Key, error) {
 	b := make([]byte, keyHexLen/2)
 	if _, err := rand.Read(b); err != nil {
 		return "", nil, fmt.Errorf("auth: make key: %w", err)
 	}
 	plain := KeyPrefix + hex.EncodeToString(b)
-	k, err := s.Add(ctx, name, plain)
+	k, err := s.AddInTeam(ctx, team, name, plain)
 	if err != nil {
 		return "", nil, err
 	}
 	return plain, k, nil
 }
 
-// Add stores a key chosen by the caller, for example one given to the
-// daemon in its environment. The key must be shaped like one Create makes.
+// Add stores a key chosen by the caller in the default team; see
+// AddInTeam.
 func (s *Store) Add(ctx context.Context, name, key string) (*Key, error) {
+	return s.AddInTeam(ctx, DefaultTeam, name, key)
+}
+
+// AddInTeam stores a key chosen by the caller, for example one given to
+// the daemon in its environment, in team. The key must be shaped like one
+// Create makes.
+func (s *Store) AddInTeam(ctx context.Context, team, name, key string) (*Key, error) {
 	if err := CheckFormat(key); err != nil {
+		return nil, err
+	}
+	if err := CheckTeam(team); err != nil {
 		return nil, err
 	}
 	if strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f }) || len(name) > 200 {
@@ -141,10 +222,10 @@ func (s *Store) Add(ctx context.Context, name, key string) (*Key, error) {
 	if name == "" {
 		name = id
 	}
-	k := &Key{ID: id, Name: name, Hint: key[:len(KeyPrefix)+4] + "…", Created: time.Now().UTC()}
+	k := &Key{ID: id, Name: name, Team: team, Hint: key[:len(KeyPrefix)+4] + "…", Created: time.Now().UTC()}
 	_, err = s.db.ExecContext(ctx,
-		`INSERT INTO api_keys(id, name, hash, hint, created_ns) VALUES(?, ?, ?, ?, ?)`,
-		k.ID, k.Name, hashKey(key), k.Hint, k.Created.UnixNano())
+		`INSERT INTO api_keys(id, name, team, hash, hint, created_ns) VALUES(?, ?, ?, ?, ?, ?)`,
+		k.ID, k.Name, k.Team, hashKey(key), k.Hint, k.Created.UnixNano())
 	if err != nil {
 		// The UNIQUE constraints are the only way an insert of fresh
 		// values fails short of a broken database: tell which one.
@@ -167,7 +248,7 @@ func (s *Store) exists(ctx context.Context, where string, arg any) (bool, error)
 
 // List returns every key's record, oldest first.
 func (s *Store) List(ctx context.Context) ([]Key, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, name, hint, created_ns, last_used_ns FROM api_keys ORDER BY created_ns, id`)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, name, team, hint, created_ns, last_used_ns FROM api_keys ORDER BY created_ns, id`)
 	if err != nil {
 		return nil, fmt.Errorf("auth: list keys: %w", err)
 	}
@@ -176,7 +257,7 @@ func (s *Store) List(ctx context.Context) ([]Key, error) {
 	for rows.Next() {
 		var k Key
 		var created, used int64
-		if err := rows.Scan(&k.ID, &k.Name, &k.Hint, &created, &used); err != nil {
+		if err := rows.Scan(&k.ID, &k.Name, &k.Team, &k.Hint, &created, &used); err != nil {
 			return nil, fmt.Errorf("auth: list keys: %w", err)
 		}
 		k.Created = time.Unix(0, created).UTC()
@@ -216,8 +297,8 @@ func (s *Store) Verify(ctx context.Context, key string) (*Key, error) {
 	var hash string
 	var created, used int64
 	err := s.db.QueryRowContext(ctx,
-		`SELECT id, name, hash, hint, created_ns, last_used_ns FROM api_keys WHERE hash = ?`, want).
-		Scan(&k.ID, &k.Name, &hash, &k.Hint, &created, &used)
+		`SELECT id, name, team, hash, hint, created_ns, last_used_ns FROM api_keys WHERE hash = ?`, want).
+		Scan(&k.ID, &k.Name, &k.Team, &hash, &k.Hint, &created, &used)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("auth: unknown API key: %w", errdefs.ErrUnauthenticated)
 	}
@@ -254,9 +335,9 @@ func (s *Store) touch(ctx context.Context, k *Key) {
 	}
 }
 
-// EnsureFirstKey makes a key named name when the store holds none, and
-// returns its plaintext so that the daemon can print it once. When keys
-// exist already it returns "" and creates nothing.
+// EnsureFirstKey makes a key named name, in the default team, when the
+// store holds none, and returns its plaintext so that the daemon can print
+// it once. When keys exist already it returns "" and creates nothing.
 func (s *Store) EnsureFirstKey(ctx context.Context, name string) (string, error) {
 	keys, err := s.List(ctx)
 	if err != nil {
@@ -280,6 +361,20 @@ func CheckFormat(key string) error {
 		if c := hexPart[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
 			return fmt.Errorf("auth: an API key is %q followed by %d lowercase hex digits: %w", KeyPrefix, keyHexLen, errdefs.ErrInvalidArgument)
 		}
+	}
+	return nil
+}
+
+// teamPattern is what a team name looks like: short, printable, and safe
+// in logs, file names and URLs.
+var teamPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// CheckTeam reports, as an errdefs.ErrInvalidArgument error, whether team
+// is not a valid team name: 1 to 63 characters of [a-z0-9._-], starting
+// with a letter or digit.
+func CheckTeam(team string) error {
+	if !teamPattern.MatchString(team) {
+		return fmt.Errorf("auth: team %q: %w: use 1 to 63 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", team, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
@@ -229,5 +230,75 @@ func TestLastUsedIsThrottled(t *testing.T) {
 func TestOpenEmptyPath(t *testing.T) {
 	if _, err := Open(""); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("Open(\"\") = %v, want ErrInvalidArgument", err)
+	}
+}
+
+func TestTeams(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t)
+	plainA, a, err := s.Create(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainB, b, err := s.CreateInTeam(ctx, "blue-team", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Team != DefaultTeam || b.Team != "blue-team" {
+		t.Errorf("teams %q and %q, want %q and blue-team", a.Team, b.Team, DefaultTeam)
+	}
+	for plain, want := range map[string]string{plainA: DefaultTeam, plainB: "blue-team"} {
+		if k, err := s.Verify(ctx, plain); err != nil || k.Team != want {
+			t.Errorf("Verify = %+v, %v; want team %q", k, err, want)
+		}
+	}
+	keys, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var teams []string
+	for _, k := range keys {
+		teams = append(teams, k.Team)
+	}
+	if diff := cmp.Diff([]string{DefaultTeam, "blue-team"}, teams); diff != "" {
+		t.Errorf("listed teams (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"", "Blue", "-x", "a b", "a/b", strings.Repeat("x", 64), "tëam"} {
+		if _, _, err := s.CreateInTeam(ctx, bad, ""); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("CreateInTeam(%q) = %v, want ErrInvalidArgument", bad, err)
+		}
+	}
+}
+
+// TestMigrationKeepsKeys opens a database made before keys had teams: its
+// keys keep working, in the default team.
+func TestMigrationKeepsKeys(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "keys.db")
+	old, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const plain = "e2b_00112233445566778899aabbccddeeff00112233"
+	if _, err := old.Exec(schema); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Exec(`INSERT INTO api_keys(id, name, hash, hint, created_ns) VALUES('key_1', 'old', ?, 'e2b_0011…', 1)`, hashKey(plain)); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	for range 2 { // a second open finds it migrated
+		s, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := s.Verify(ctx, plain)
+		if err != nil || k.Name != "old" || k.Team != DefaultTeam {
+			t.Errorf("Verify(old key) = %+v, %v; want it in team %q", k, err, DefaultTeam)
+		}
+		if _, _, err := s.CreateInTeam(ctx, "red", ""); err != nil {
+			t.Errorf("create after migration: %v", err)
+		}
+		s.Close()
 	}
 }

@@ -56,15 +56,20 @@ func (g *globals) openKeys(create bool) (*auth.Store, error) {
 
 func newKeysCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "keys",
-		Short: "Manage the API keys that open `tupper serve`",
+		Use:     "keys",
+		Aliases: []string{"key"},
+		Short:   "Manage the API keys that open `tupper serve`",
 		Long: `Manage the API keys that open ` + "`tupper serve`" + `. They are kept, hashed, in the
 daemon's state directory (--root), so these commands need no running daemon;
 a running daemon sees their changes at once.
 
 A key is shown only when it is made. Use it with the CLI and the SDKs:
   export TUPPER_API_KEY=$(tupper keys create --name laptop)
-or, for the E2B SDKs, as E2B_API_KEY.`,
+or, for the E2B SDKs, as E2B_API_KEY.
+
+Every key belongs to a team, "` + auth.DefaultTeam + `" unless --team names another. A key
+sees and touches only its own team's sandboxes, through every face of the
+daemon (the E2B API, the data plane, /mcp); keys of one team share them.`,
 	}
 	cmd.AddCommand(newKeysCreateCmd(g), newKeysLsCmd(g), newKeysRmCmd(g))
 	return cmd
@@ -72,13 +77,14 @@ or, for the E2B SDKs, as E2B_API_KEY.`,
 
 type keysCreateOptions struct {
 	name string
+	team string
 	json bool
 }
 
 func newKeysCreateCmd(g *globals) *cobra.Command {
 	o := &keysCreateOptions{}
 	cmd := &cobra.Command{
-		Use:   "create [--name NAME]",
+		Use:   "create [--name NAME] [--team TEAM]",
 		Short: "Make an API key and print it (it is shown only this once)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -86,6 +92,7 @@ func newKeysCreateCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&o.name, "name", "", "a label to tell the key by (default its id)")
+	cmd.Flags().StringVar(&o.team, "team", auth.DefaultTeam, "the team the key belongs to: it sees only that team's sandboxes")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print the key and its record as JSON")
 	return cmd
 }
@@ -96,7 +103,10 @@ func runKeysCreate(ctx context.Context, g *globals, o *keysCreateOptions) error 
 		return err
 	}
 	defer s.Close()
-	plain, k, err := s.Create(ctx, o.name)
+	if o.team == "" {
+		o.team = auth.DefaultTeam
+	}
+	plain, k, err := s.CreateInTeam(ctx, o.team, o.name)
 	if err != nil {
 		return err
 	}
@@ -105,12 +115,13 @@ func runKeysCreate(ctx context.Context, g *globals, o *keysCreateOptions) error 
 			Key     string    `json:"key"`
 			ID      string    `json:"id"`
 			Name    string    `json:"name"`
+			Team    string    `json:"team"`
 			Hint    string    `json:"hint"`
 			Created time.Time `json:"created"`
-		}{plain, k.ID, k.Name, k.Hint, k.Created})
+		}{plain, k.ID, k.Name, k.Team, k.Hint, k.Created})
 	}
 	// The key alone on stdout, so that $(tupper keys create) captures it.
-	fmt.Fprintf(g.stderr, "Created API key %q (%s). It is shown only this once; use it as TUPPER_API_KEY or E2B_API_KEY.\n", k.Name, k.ID)
+	fmt.Fprintf(g.stderr, "Created API key %q (%s) in team %q. It is shown only this once; use it as TUPPER_API_KEY or E2B_API_KEY.\n", k.Name, k.ID, k.Team)
 	_, err = fmt.Fprintln(g.stdout, plain)
 	return err
 }
@@ -155,13 +166,13 @@ func runKeysLs(ctx context.Context, g *globals, o *keysLsOptions) error {
 		return printJSON(g.stdout, keys)
 	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tKEY\tCREATED\tLAST USED")
+	fmt.Fprintln(tw, "ID\tNAME\tTEAM\tKEY\tCREATED\tLAST USED")
 	for _, k := range keys {
 		used := "never"
 		if !k.LastUsed.IsZero() {
 			used = k.LastUsed.Local().Format(time.DateTime)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Hint, k.Created.Local().Format(time.DateTime), used)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Team, k.Hint, k.Created.Local().Format(time.DateTime), used)
 	}
 	return tw.Flush()
 }
