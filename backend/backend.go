@@ -109,6 +109,9 @@ type Resources struct {
 	MemoryBytes int64
 	// Pids is the largest number of processes and threads.
 	Pids int64
+	// DiskBytes caps what the sandbox writes to its file system (its root
+	// and /tmp together); a write past it fails with ENOSPC inside.
+	DiskBytes int64
 }
 
 // Sandbox is what a backend reports about a sandbox it started. The engine

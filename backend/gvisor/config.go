@@ -9,8 +9,8 @@
 //	<Root>/sandboxes/<id>/   one bundle per sandbox:
 //	    config.json          the OCI spec
 //	    rootfs/, ovl/        the host overlay of the image that runsc takes as root
-//	    upper/               where runsc's overlay puts its (unlinked) filestore
-//	    tmp/                 the sandbox's /tmp
+//	    upper/               where runsc's overlay puts its (unlinked) filestore:
+//	                         every file the sandbox writes, /tmp included
 //	    console.log          runsc's messages and the agent's stdout and stderr
 //	    sandbox.json, pid    what Start returned, for diagnostics and Stats
 //	<Root>/net/              the network pool (netns bind mounts, leases)
@@ -24,7 +24,9 @@
 // on cgroup v1 or v2; a sandbox over its memory limit is OOM-killed whole.
 // Pids is enforced inside the sandbox as RLIMIT_NPROC, so that a fork bomb
 // gets EAGAIN rather than killing the sandbox; the host cgroup's pids limit
-// sits well above it as a backstop (see hostTasksPerTask).
+// sits well above it as a backstop (see hostTasksPerTask). Disk is the
+// size of runsc's overlay (see overlayFlag): a write past it fails with
+// ENOSPC inside the sandbox, which lives on.
 //
 // Importing the package registers it as "gvisor" (see register.go).
 package gvisor
@@ -51,6 +53,7 @@ const (
 	DefaultCPUs         = 1.0
 	DefaultMemoryBytes  = 1 << 30
 	DefaultPids         = 1024
+	DefaultDiskBytes    = 10 << 30
 	DefaultSharedRoot   = "/run/tupper/runsc-shared"
 	// FallbackRunscPath is where runsc is looked for last.
 	FallbackRunscPath = "/usr/local/bin/runsc"
@@ -96,20 +99,18 @@ type Config struct {
 	// CgroupParent is the cgroup, relative to each hierarchy's root, under
 	// which each sandbox gets <CgroupParent>/<id>. Empty means "tupper".
 	CgroupParent string
-	// OverlaySize caps each sandbox's copy-on-write layer, in runsc's
-	// size syntax ("10g"). Empty means runsc's default.
-	OverlaySize string
-	// DefaultCPUs, DefaultMemoryBytes and DefaultPids replace the zero
-	// fields of a Spec's Resources. Zero means 1 CPU, 1 GiB and 1024.
+	// DefaultCPUs, DefaultMemoryBytes, DefaultPids and DefaultDiskBytes
+	// replace the zero fields of a Spec's Resources. Zero means 1 CPU,
+	// 1 GiB, 1024 and 10 GiB.
 	DefaultCPUs        float64
 	DefaultMemoryBytes int64
 	DefaultPids        int64
+	DefaultDiskBytes   int64
 }
 
 var (
-	platforms       = map[string]bool{"systrap": true, "ptrace": true, "kvm": true}
-	cgroupPattern   = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
-	overlaySizeExpr = regexp.MustCompile(`^[0-9]+[kKmMgGtT]?$`)
+	platforms     = map[string]bool{"systrap": true, "ptrace": true, "kvm": true}
+	cgroupPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
 )
 
 // Validate reports whether c can make a Backend; zero optional fields are
@@ -134,10 +135,7 @@ func (c *Config) Validate() error {
 	if c.CgroupParent != "" && (!cgroupPattern.MatchString(c.CgroupParent) || path.Clean(c.CgroupParent) != c.CgroupParent || strings.Contains("/"+c.CgroupParent+"/", "/../")) {
 		errs = append(errs, fmt.Errorf("CgroupParent %q must be a relative cgroup path", c.CgroupParent))
 	}
-	if c.OverlaySize != "" && !overlaySizeExpr.MatchString(c.OverlaySize) {
-		errs = append(errs, fmt.Errorf("OverlaySize %q: want a number with an optional k, m, g or t", c.OverlaySize))
-	}
-	if c.DefaultCPUs < 0 || c.DefaultMemoryBytes < 0 || c.DefaultPids < 0 {
+	if c.DefaultCPUs < 0 || c.DefaultMemoryBytes < 0 || c.DefaultPids < 0 || c.DefaultDiskBytes < 0 {
 		errs = append(errs, errors.New("default resources must not be negative"))
 	}
 	if c.Network.Dir != "" || filepath.IsAbs(c.Root) {
@@ -172,6 +170,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DefaultPids == 0 {
 		c.DefaultPids = DefaultPids
+	}
+	if c.DefaultDiskBytes == 0 {
+		c.DefaultDiskBytes = DefaultDiskBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -25,7 +25,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "minimal", cfg: Config{Root: "/var/lib/tupper/gvisor"}, ok: true},
 		{name: "full", cfg: Config{
 			Root: "/r", RunscPath: "/usr/bin/runsc", Platform: "ptrace", CgroupParent: "a/b",
-			OverlaySize: "10g", SharedRoot: "/run/x", DefaultCPUs: 2, DefaultMemoryBytes: 1 << 30, DefaultPids: 10,
+			DefaultDiskBytes: 10 << 30, SharedRoot: "/run/x", DefaultCPUs: 2, DefaultMemoryBytes: 1 << 30, DefaultPids: 10,
 			Network: network.Config{Subnet: netip.MustParsePrefix("10.50.0.0/16")},
 		}, ok: true},
 		{name: "no root", cfg: Config{}},
@@ -34,7 +34,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "relative runsc", cfg: Config{Root: "/r", RunscPath: "runsc"}},
 		{name: "absolute cgroup parent", cfg: Config{Root: "/r", CgroupParent: "/tupper"}},
 		{name: "cgroup parent escapes", cfg: Config{Root: "/r", CgroupParent: "a/../../b"}},
-		{name: "bad overlay size", cfg: Config{Root: "/r", OverlaySize: "lots"}},
+		{name: "negative disk", cfg: Config{Root: "/r", DefaultDiskBytes: -1}},
 		{name: "negative default", cfg: Config{Root: "/r", DefaultPids: -1}},
 		{name: "bad network", cfg: Config{Root: "/r", Network: network.Config{Subnet: netip.MustParsePrefix("10.0.0.0/31")}}},
 	}
@@ -141,7 +141,6 @@ func TestBuildSpec(t *testing.T) {
 		RootPath:    "/r/sandboxes/sb-1/rootfs",
 		Limits:      resolveLimits(&cfg, spec.Resources),
 		NetNSPath:   "/r/net/netns/sb-1",
-		TmpDir:      "/r/sandboxes/sb-1/tmp",
 		CgroupsPath: cgroupsPath(cfg.CgroupParent, spec.ID),
 	})
 
@@ -172,7 +171,7 @@ func TestBuildSpec(t *testing.T) {
 	for _, m := range got.Mounts {
 		mounts[m.Destination] = m
 	}
-	for _, d := range []string{"/proc", "/dev", "/dev/pts", "/dev/shm", "/sys", "/tmp", AgentPath} {
+	for _, d := range []string{"/proc", "/dev", "/dev/pts", "/dev/shm", "/sys", AgentPath} {
 		if _, ok := mounts[d]; !ok {
 			t.Errorf("no mount at %s", d)
 		}
@@ -183,8 +182,9 @@ func TestBuildSpec(t *testing.T) {
 	if m := mounts["/sys"]; !contains(m.Options, "ro") {
 		t.Errorf("/sys mount = %+v, want read-only", m)
 	}
-	if m := mounts["/tmp"]; m.Source != "/r/sandboxes/sb-1/tmp" || m.Type != "bind" {
-		t.Errorf("/tmp mount = %+v", m)
+	// /tmp is the root's, in the capped layer (see tmpPlaceholder).
+	if m, ok := mounts["/tmp"]; ok {
+		t.Errorf("/tmp mount = %+v, want none", m)
 	}
 
 	l := got.Linux

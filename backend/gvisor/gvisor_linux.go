@@ -37,6 +37,9 @@ const (
 	cleanupTimeout = 30 * time.Second
 	// runscTimeout bounds one runsc command that changes state.
 	runscTimeout = time.Minute
+	// minDiskBytes is the smallest disk cap: the agent's first writes
+	// (resolv.conf, hosts, the trust store, the user's home) must fit.
+	minDiskBytes = 32 << 20
 )
 
 // Files in a sandbox's bundle directory.
@@ -48,7 +51,6 @@ const (
 	rootfsDir   = "rootfs" // the host overlay of the image, runsc's root
 	overlayDir  = "ovl"    // upper and work dirs of that overlay
 	upperDir    = "upper"  // runsc's overlay filestore goes here
-	tmpDir      = "tmp"    // mounted at /tmp
 )
 
 // Backend runs sandboxes with runsc. It is safe for concurrent use; calls
@@ -161,8 +163,9 @@ func (b *Backend) bundleDir(id string) string { return filepath.Join(b.sandboxes
 // <bundle>/sandbox.json.
 type record struct {
 	backend.Sandbox
-	Limits limits            `json:"limits"`
-	Labels map[string]string `json:"labels,omitempty"`
+	Limits    limits            `json:"limits"`
+	DiskBytes int64             `json:"diskBytes,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
 }
 
 // Start boots spec as described by backend.Backend. Its steps are: claim
@@ -213,12 +216,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		// Someone else's sandbox of this id (another Root) owns the cgroup.
 		return nil, fmt.Errorf("sandbox %q: cgroup %s in use (%v): %w", id, cgPath, err, errdefs.ErrAlreadyExists)
 	}
-	for _, d := range []string{upperDir, tmpDir} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
-			return nil, fmt.Errorf("sandbox %q: %w", id, err)
-		}
-	}
-	if err := os.Chmod(filepath.Join(dir, tmpDir), os.ModeSticky|0o777); err != nil {
+	if err := os.Mkdir(filepath.Join(dir, upperDir), 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
 	undo.Add(func() error { return unmountRootFS(dir) })
@@ -249,7 +247,6 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		RootPath:    rootfs,
 		Limits:      lim,
 		NetNSPath:   ep.NetNSPath,
-		TmpDir:      filepath.Join(dir, tmpDir),
 		CgroupsPath: cgPath,
 		LimitSwap:   b.limitSwap,
 	})
@@ -277,7 +274,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		return nil, fmt.Errorf("sandbox %q: before runsc create: %w", id, context.Cause(ctx))
 	}
 	create := *b.runsc
-	create.ExtraArgs = append(slices.Clip(b.runsc.ExtraArgs), b.overlayFlag(dir))
+	create.ExtraArgs = append(slices.Clip(b.runsc.ExtraArgs), overlayFlag(dir, b.diskBytes(spec.Resources)))
 	err = create.Create(rctx, id, dir, &runc.CreateOpts{
 		IO:      fileIO{console},
 		PidFile: filepath.Join(dir, pidFile),
@@ -309,7 +306,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		Pid:       pid,
 		StartedAt: time.Now().UTC(),
 	}
-	if err := writeJSON(filepath.Join(dir, recordFile), record{Sandbox: sb, Limits: lim, Labels: spec.Labels}); err != nil {
+	if err := writeJSON(filepath.Join(dir, recordFile), record{Sandbox: sb, Limits: lim, DiskBytes: b.diskBytes(spec.Resources), Labels: spec.Labels}); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
 	undo.Release()
@@ -318,7 +315,8 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 }
 
 // overlayFlag returns the runsc flag that gives the sandbox its
-// copy-on-write root; see rootfs_linux.go for the host overlay under it.
+// copy-on-write root, capped at diskBytes; see rootfs_linux.go for the host
+// overlay under it.
 //
 // runsc's --overlay2=root:dir=<dir> puts a gVisor overlay over the root:
 // the root (here the host overlay of the image) is the read-only lower
@@ -330,6 +328,12 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 // operations stay inside the sentry rather than crossing to the gofer, and
 // the layer vanishes with the sandbox.
 //
+// size= is that tmpfs's size: the sentry counts the pages of the files in
+// the upper layer (the sandbox's writes and the copies up of image files it
+// changes) and a write past it fails with ENOSPC, inside the sandbox; the
+// host's file grows no larger. /tmp is part of the root (see
+// tmpPlaceholder), so one cap holds both.
+//
 // The alternatives: root:memory keeps every written byte in memory.
 // root:self (runsc's default) writes its filestore into the root directory
 // itself: on a bare image directory that is the shared image; on the host
@@ -337,13 +341,19 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 // file for the sandbox's whole life rather than one unlinked at once in a
 // place of our choosing. The host overlayfs alone (runsc's overlay off, the
 // sandbox writing to the overlay's upper dir) works too, but sends every
-// file operation out of the sentry to the host.
-func (b *Backend) overlayFlag(dir string) string {
-	f := "--overlay2=root:dir=" + filepath.Join(dir, upperDir)
-	if b.cfg.OverlaySize != "" {
-		f += ",size=" + b.cfg.OverlaySize
+// file operation out of the sentry to the host, stores the sandbox's files
+// on the host under their in-sandbox owners and modes, and has no cap short
+// of a quota on the host's file system.
+func overlayFlag(dir string, diskBytes int64) string {
+	return "--overlay2=root:dir=" + filepath.Join(dir, upperDir) + ",size=" + strconv.FormatInt(diskBytes, 10)
+}
+
+// diskBytes is the disk cap of a sandbox with resources r.
+func (b *Backend) diskBytes(r backend.Resources) int64 {
+	if r.DiskBytes != 0 {
+		return r.DiskBytes
 	}
-	return f
+	return b.cfg.DefaultDiskBytes
 }
 
 // validateSpec checks spec before anything is made.
@@ -371,11 +381,14 @@ func validateSpec(s *backend.Spec) error {
 		return fmt.Errorf("sandbox %q: agent %s is not a regular file: %w", s.ID, s.Agent.Path, errdefs.ErrInvalidArgument)
 	}
 	r := s.Resources
-	if r.CPUs < 0 || r.MemoryBytes < 0 || r.Pids < 0 {
+	if r.CPUs < 0 || r.MemoryBytes < 0 || r.Pids < 0 || r.DiskBytes < 0 {
 		return fmt.Errorf("sandbox %q: negative resources %+v: %w", s.ID, r, errdefs.ErrInvalidArgument)
 	}
 	if r.MemoryBytes != 0 && r.MemoryBytes < 64<<20 {
 		return fmt.Errorf("sandbox %q: memory limit %d is below 64 MiB, too small for the sentry: %w", s.ID, r.MemoryBytes, errdefs.ErrInvalidArgument)
+	}
+	if r.DiskBytes != 0 && r.DiskBytes < minDiskBytes {
+		return fmt.Errorf("sandbox %q: disk cap %d is below %d MiB: %w", s.ID, r.DiskBytes, minDiskBytes>>20, errdefs.ErrInvalidArgument)
 	}
 	if r.CPUs != 0 && r.CPUs < 0.01 {
 		return fmt.Errorf("sandbox %q: %v CPUs is below 0.01: %w", s.ID, r.CPUs, errdefs.ErrInvalidArgument)

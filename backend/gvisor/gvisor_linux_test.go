@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -18,8 +19,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/testutil"
 )
 
 // Traffic in these tests goes only to sandboxes the tests started, over
@@ -92,19 +96,48 @@ func TestSandboxLifecycle(t *testing.T) {
 		}
 	})
 
-	// Root in the sandbox may make setuid files and device nodes in /tmp
-	// and its root; on the host, where they are stored, they mean nothing.
-	t.Run("host copies are nosuid and nodev", func(t *testing.T) {
-		mustRun(t, sb.AgentAddr, "cp /bin/sh /tmp/suid && chmod 4755 /tmp/suid && cp /bin/sh /suid && chmod 4755 /suid")
+	// Root in the sandbox may make setuid files, device nodes and files of
+	// any uid in /tmp, its home and its root. They stay in the sandbox's
+	// layer, whose only host file is unlinked: nothing of them lands in
+	// the bundle under its own name, owner or mode.
+	t.Run("sandbox files never land on the host", func(t *testing.T) {
+		mustRun(t, sb.AgentAddr, strings.Join([]string{
+			"mkdir -p /home/user",
+			"for d in /tmp /home/user /; do cp /bin/busybox $d/suid-marker && chmod 4755 $d/suid-marker && echo u > $d/uid-marker && chown 1000:1000 $d/uid-marker; done",
+			"mknod /tmp/dev-marker c 1 3",
+			"ls -ln /tmp/suid-marker /home/user/uid-marker",
+		}, " && "))
 		dir := b.bundleDir(id)
-		for _, d := range []string{tmpDir, upperDir, rootfsDir} {
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			var st unix.Stat_t
+			if err := unix.Lstat(path, &st); err != nil {
+				return err
+			}
+			switch {
+			case strings.Contains(d.Name(), "-marker"):
+				t.Errorf("a sandbox file is on the host: %s", path)
+			case st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 && !d.IsDir():
+				t.Errorf("setuid or setgid file on the host: %s (mode %o)", path, st.Mode)
+			case st.Uid == 1000 || st.Gid == 1000:
+				t.Errorf("file of uid 1000 on the host: %s", path)
+			case st.Mode&unix.S_IFMT == unix.S_IFCHR || st.Mode&unix.S_IFMT == unix.S_IFBLK:
+				t.Errorf("device node on the host: %s", path)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The filestore's directory and the root are nosuid, nodev mounts
+		// all the same, should runsc ever leave a named file there.
+		for _, d := range []string{upperDir, rootfsDir} {
 			opts := mountOptions(t, filepath.Join(dir, d))
 			if !strings.Contains(opts, "nosuid") || !strings.Contains(opts, "nodev") {
 				t.Errorf("%s is mounted %q, want nosuid and nodev", d, opts)
 			}
-		}
-		if fi, err := os.Stat(filepath.Join(dir, tmpDir, "suid")); err != nil || fi.Mode()&os.ModeSetuid == 0 {
-			t.Errorf("the sandbox's setuid file is not where this test looks: %v, %v", fi, err)
 		}
 	})
 
@@ -134,10 +167,17 @@ func TestSandboxLifecycle(t *testing.T) {
 		}
 	})
 
-	t.Run("tmp is on the host disk", func(t *testing.T) {
-		mustRun(t, sb.AgentAddr, "echo scratch > /tmp/f && test -k /tmp")
-		if b, err := os.ReadFile(filepath.Join(b.bundleDir(id), tmpDir, "f")); err != nil || string(b) != "scratch\n" {
-			t.Errorf("/tmp/f on the host = %q, %v", b, err)
+	// /tmp is the root's, in the sandbox's capped layer: neither a host
+	// directory nor runsc's memory tmpfs.
+	t.Run("tmp is in the sandbox's layer", func(t *testing.T) {
+		mustRun(t, sb.AgentAddr, "echo scratch > /tmp/f && test -k /tmp && test -w /tmp")
+		if out := mustRun(t, sb.AgentAddr, "cat /proc/mounts"); strings.Contains(out, " /tmp ") {
+			t.Errorf("/tmp is a mount of its own:\n%s", out)
+		}
+		// The test agent is not the real one, which removes the
+		// placeholder: it is still there for this test to see.
+		if r := run(t, sb.AgentAddr, "test -f /tmp/"+tmpPlaceholder); r.Exit != 0 {
+			t.Errorf("no /tmp/%s in the sandbox", tmpPlaceholder)
 		}
 	})
 
@@ -534,17 +574,51 @@ func TestStopPausedSandbox(t *testing.T) {
 	assertNothingLeft(t, b, id)
 }
 
-func TestOverlaySize(t *testing.T) {
-	b := newTestBackend(t, func(c *Config) { c.OverlaySize = "64m" })
-	sb := startSandbox(t, b, testSpec(newID("size")))
-	r := run(t, sb.AgentAddr, "dd if=/dev/zero of=/big bs=1M count=128")
-	if r.Exit == 0 || !strings.Contains(r.Output, "space") {
-		t.Errorf("writing 128 MiB into a 64 MiB layer: exit %d: %q", r.Exit, r.Output)
+// TestDiskCap fills a sandbox's root and /tmp: both share the cap, the
+// writes fail with ENOSPC inside, the host's file system loses no more than
+// the cap, and the sandbox lives on.
+func TestDiskCap(t *testing.T) {
+	const capBytes = 64 << 20
+	// The backend's root on a file system of the test's own, whose free
+	// space no other test moves.
+	b := newTestBackend(t, func(c *Config) { c.Root = testutil.ScratchFS(t, 512<<20) })
+	id := newID("disk")
+	spec := testSpec(id)
+	spec.Resources.DiskBytes = capBytes
+	sb := startSandbox(t, b, spec)
+	free := func() int64 { return testutil.FreeBytes(t, b.cfg.Root) }
+	before := free()
+	mustRun(t, sb.AgentAddr, "mkdir -p /home/user")
+	for _, fill := range []string{
+		"dd if=/dev/zero of=/home/user/big bs=1M count=128",
+		"dd if=/dev/zero of=/tmp/big bs=1M count=128",
+		"cat /dev/zero > /tmp/big2",
+	} {
+		r := run(t, sb.AgentAddr, fill)
+		if r.Exit == 0 || !strings.Contains(r.Output, "No space left on device") {
+			t.Errorf("%s under a 64 MiB cap: exit %d: %q", fill, r.Exit, r.Output)
+		}
 	}
-	mustRun(t, sb.AgentAddr, "rm /big && echo small > /small")
-	if !healthy(sb.AgentAddr, time.Second) {
-		t.Error("sandbox died filling its layer")
+	// The home took most of the cap, /tmp got the rest: both count.
+	out := mustRun(t, sb.AgentAddr, "du -k /home/user/big /tmp/big /tmp/big2 | awk '{s+=$1} END {print s}'")
+	used, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+	if err != nil {
+		t.Fatal(out)
 	}
+	if used<<10 > capBytes || used<<10 < capBytes-8<<20 {
+		t.Errorf("the sandbox's files hold %d KiB, want just under the %d KiB cap", used, capBytes>>10)
+	}
+	// Slack: the file system's own metadata and the sandbox's log.
+	const slack = 8 << 20
+	drop := before - free()
+	t.Logf("the host's free space dropped by %.1f MiB under a %d MiB cap", float64(drop)/(1<<20), capBytes>>20)
+	if drop > capBytes+slack {
+		t.Errorf("the host lost %d MiB to a sandbox capped at %d MiB", drop>>20, capBytes>>20)
+	}
+	if got := mustRun(t, sb.AgentAddr, "echo alive"); got != "alive\n" {
+		t.Errorf("echo alive = %q", got)
+	}
+	mustRun(t, sb.AgentAddr, "rm /home/user/big /tmp/big /tmp/big2 && dd if=/dev/zero of=/tmp/again bs=1M count=32")
 }
 
 func TestConcurrentStarts(t *testing.T) {

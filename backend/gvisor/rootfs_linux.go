@@ -16,7 +16,7 @@ import (
 // The outer one is a host overlayfs at <bundle>/rootfs: the shared image as
 // its only lower layer, upper and work dirs in the bundle. It exists for
 // runsc's gofer, which bind-mounts each of the spec's bind mounts (the
-// agent, /tmp) into the root on the host side and first creates any mount
+// agent) into the root on the host side and first creates any mount
 // point the image lacks. Without this layer those mount points would be
 // written into the shared image. Nothing else reaches its upper layer.
 //
@@ -51,6 +51,9 @@ func mountRootFS(image, dir string) (string, error) {
 	if err := unix.Chmod(upper, st.Mode&0o7777); err != nil {
 		return "", rootfsErr(dir, err)
 	}
+	if err := placeTmp(image, upper); err != nil {
+		return "", rootfsErr(dir, err)
+	}
 	opts := "lowerdir=" + image + ",upperdir=" + upper + ",workdir=" + work
 	if err := unix.Mount("overlay", target, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return "", rootfsErr(dir, fmt.Errorf("mount overlay: %w", err))
@@ -58,11 +61,47 @@ func mountRootFS(image, dir string) (string, error) {
 	return target, nil
 }
 
+// tmpPlaceholder is the file that keeps runsc's own tmpfs off the
+// sandbox's /tmp. When the spec mounts nothing at /tmp and the root's /tmp
+// is empty, runsc mounts a tmpfs there: memory, not disk, and outside the
+// disk cap of the root's layer. The sandbox's /tmp must be the root's, in
+// that capped layer on disk, and not a host directory either (a bind mount
+// would put the sandbox's files on the host, under its uids and modes, with
+// no cap). So the host overlay puts this file into /tmp, runsc sees a /tmp
+// that is not empty and leaves it alone, and the agent, as the sandbox's
+// first process, removes the file before it serves (cmd/tupper-agent).
+const tmpPlaceholder = ".tupper-placeholder"
+
+// placeTmp puts tmpPlaceholder into the /tmp of the host overlay whose
+// lower layer is image and upper dir upper. That /tmp is root's and 1777,
+// whatever the image's (as the tmpfs runsc would have mounted): every user
+// of the sandbox may write there. An image whose /tmp is not a directory (a
+// symlink, say) is left as it is.
+func placeTmp(image, upper string) error {
+	var st unix.Stat_t
+	err := unix.Lstat(filepath.Join(image, "tmp"), &st)
+	switch {
+	case err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return nil
+	case err != nil && !errors.Is(err, unix.ENOENT):
+		return fmt.Errorf("image /tmp: %w", err)
+	}
+	tmp := filepath.Join(upper, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, os.ModeSticky|0o777); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(tmp, tmpPlaceholder),
+		[]byte("Keeps runsc from mounting a memory tmpfs at /tmp; the agent removes it.\n"), 0o644)
+}
+
 // hostSafeDirs are the bundle's directories that hold what the sandbox
-// writes (its /tmp, its overlay's filestore): they are bind-mounted onto
-// themselves nosuid and nodev, so that a setuid file or a device node that
-// root in the sandbox leaves there means nothing on the host.
-var hostSafeDirs = []string{tmpDir, upperDir}
+// writes (its overlay's filestore): they are bind-mounted onto themselves
+// nosuid and nodev, so that nothing there means anything on the host should
+// a file ever land there under its own name.
+var hostSafeDirs = []string{upperDir}
 
 // mountHostSafe makes each of dir's hostSafeDirs a nosuid, nodev mount of
 // itself.

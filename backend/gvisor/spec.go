@@ -57,7 +57,6 @@ type specInput struct {
 	RootPath    string // the sandbox's root: the host overlay of Spec.RootFS
 	Limits      limits
 	NetNSPath   string
-	TmpDir      string // host dir mounted read-write at /tmp
 	CgroupsPath string
 	LimitSwap   bool // set memory+swap to the memory limit: the host swaps
 }
@@ -125,10 +124,9 @@ func buildSpec(in specInput) *specs.Spec {
 			// /dev/shm is memory and counts towards the memory limit, as on Linux.
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "nodev", "mode=1777"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-			// An explicit /tmp keeps runsc from mounting its own tmpfs
-			// there, which would hold big files in memory. This one is a
-			// per-sandbox host directory, on disk.
-			{Destination: "/tmp", Type: "bind", Source: in.TmpDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+			// No /tmp: it is the root's, in the sandbox's capped layer on
+			// disk (see tmpPlaceholder for what keeps runsc's memory
+			// tmpfs off it).
 			{Destination: AgentPath, Type: "bind", Source: s.Agent.Path, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 		},
 		Linux: &specs.Linux{

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -95,6 +96,7 @@ func run(o options) error {
 		if err := configureNetwork(netEnv); err != nil {
 			log.Warn("network configuration incomplete", "err", err)
 		}
+		removeTmpPlaceholder(log)
 	} else if netEnv[envNameserver]+netEnv[envSandboxAddr]+netEnv[envTrustCA] != "" {
 		log.Warn("not the sandbox's first process: resolv.conf, hosts and the trust store are left alone")
 	}
@@ -186,6 +188,20 @@ func configureNetwork(env map[string]string) error {
 		c.Hostname = host
 	}
 	return netconf.Write(c)
+}
+
+// tmpPlaceholder is the file a backend may put into an empty /tmp so that
+// its runtime leaves /tmp on the sandbox's disk rather than mounting a
+// memory tmpfs there (backend/gvisor's tmpPlaceholder). It is of no use
+// once the sandbox runs.
+const tmpPlaceholder = "/tmp/.tupper-placeholder"
+
+// removeTmpPlaceholder removes tmpPlaceholder; only the sandbox's first
+// process calls it.
+func removeTmpPlaceholder(log *slog.Logger) {
+	if err := os.Remove(tmpPlaceholder); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		log.Warn("cannot remove the /tmp placeholder", "err", err)
+	}
 }
 
 // accessToken reads the token from file when one is named, else from
