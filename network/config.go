@@ -20,10 +20,15 @@
 // IPv6 is off on both sides of the veth.
 //
 // A Pool is safe for concurrent use, and several processes may use pools of
-// the same subnet at once: addresses are picked under an flock on a lock file
-// that is per subnet and host-wide (Config.LockPath), and a /30 counts as
-// taken when any host interface carries an address in it or a lease of this
-// pool names it.
+// the same subnet at once. The subnet is cut into blocks of /30s (see
+// blockSlots), and a /30 is picked under an flock on its block's lock file,
+// which is host-wide (Config.LockPath): a /30 counts as taken when any host
+// interface carries an address in it or a lease of this pool names it, and
+// the lock is held only from the pick until the host side of the veth
+// carries the address. Each pool starts in a block of its own, chosen from
+// its Dir (homeBlock), and moves on to the next only when that one is full,
+// so that daemons with different state roots almost never wait for each
+// other's locks.
 package network
 
 import (
@@ -69,7 +74,8 @@ type Config struct {
 	// sandbox ::2 of it). Empty means IPv4 only: IPv6 is off inside the
 	// sandbox, and an IPv6 connect fails at once. At most a /96.
 	IPv6Subnet netip.Prefix
-	// LockPath is the file locked while picking a /30. Every pool on the
+	// LockPath names the files locked while picking a /30: one per block
+	// of the subnet, LockPath with ".<block>" added. Every pool on the
 	// host that uses the same Subnet must use the same LockPath, since the
 	// kernel's addresses are host-wide, not per Dir. Empty means
 	// DefaultLockPath(Subnet).
@@ -140,7 +146,8 @@ type DenialReporter interface {
 	Denials(id string) []netpolicy.Denial
 }
 
-// DefaultLockPath returns the host-wide lock file for pools of subnet.
+// DefaultLockPath returns the base of the host-wide lock files of pools of
+// subnet (see Config.LockPath).
 func DefaultLockPath(subnet netip.Prefix) string {
 	name := strings.NewReplacer(".", "-", "/", "_").Replace(subnet.Masked().String())
 	return filepath.Join("/run/tupper", "netpool-"+name+".lock")
@@ -277,6 +284,38 @@ func slot6(subnet6 netip.Prefix, n int) (host, sandbox netip.Prefix) {
 // slots returns how many /30s subnet holds.
 func slots(subnet netip.Prefix) int {
 	return 1 << (30 - subnet.Bits())
+}
+
+// blockSlots is how many /30s a block of the subnet holds (a /22 of
+// addresses): enough for the sandboxes of one busy daemon, few enough that
+// the default /16 has 64 blocks to spread daemons over.
+const blockSlots = 256
+
+// blocks returns how many blocks subnet is cut into; a subnet of at most
+// blockSlots /30s is one block.
+func blocks(subnet netip.Prefix) int {
+	return max(1, slots(subnet)/blockSlots)
+}
+
+// blockRange returns the first /30 of block b of subnet and how many it
+// holds.
+func blockRange(subnet netip.Prefix, b int) (first, n int) {
+	if blocks(subnet) == 1 {
+		return 0, slots(subnet)
+	}
+	return b * blockSlots, blockSlots
+}
+
+// homeBlock returns the block a pool kept in dir picks /30s from first.
+func homeBlock(subnet netip.Prefix, dir string) int {
+	sum := sha256.Sum256([]byte("tupper pool\x00" + filepath.Clean(dir)))
+	v := uint32(sum[0])<<24 | uint32(sum[1])<<16 | uint32(sum[2])<<8 | uint32(sum[3])
+	return int(v % uint32(blocks(subnet)))
+}
+
+// blockLockPath returns the lock file of block b under lockPath.
+func blockLockPath(lockPath string, b int) string {
+	return fmt.Sprintf("%s.%d", lockPath, b)
 }
 
 // slotOf returns the index of the /30 of subnet that holds a, and false when

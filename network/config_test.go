@@ -2,6 +2,7 @@ package network
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -126,5 +127,43 @@ func TestValidateID(t *testing.T) {
 func TestDefaultLockPath(t *testing.T) {
 	if got, want := DefaultLockPath(netip.MustParsePrefix("10.213.7.0/16")), "/run/tupper/netpool-10-213-0-0_16.lock"; got != want {
 		t.Errorf("DefaultLockPath = %q, want %q", got, want)
+	}
+}
+
+func TestBlocks(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		subnet string
+		blocks int
+		last   [2]int // first and count of the last block
+	}{
+		{name: "default /16", subnet: "10.213.0.0/16", blocks: 64, last: [2]int{63 * 256, 256}},
+		{name: "a /22 is one block", subnet: "10.9.0.0/22", blocks: 1, last: [2]int{0, 256}},
+		{name: "a /24 is one small block", subnet: "10.9.0.0/24", blocks: 1, last: [2]int{0, 64}},
+		{name: "a /20", subnet: "10.9.0.0/20", blocks: 4, last: [2]int{768, 256}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			subnet := netip.MustParsePrefix(tc.subnet)
+			if got := blocks(subnet); got != tc.blocks {
+				t.Errorf("blocks = %d, want %d", got, tc.blocks)
+			}
+			if first, n := blockRange(subnet, tc.blocks-1); [2]int{first, n} != tc.last {
+				t.Errorf("last block = %d+%d, want %v", first, n, tc.last)
+			}
+			seen := map[int]bool{}
+			for i := range 200 {
+				h := homeBlock(subnet, fmt.Sprintf("/var/lib/tupper-%d/backends/gvisor/network", i))
+				if h < 0 || h >= tc.blocks {
+					t.Fatalf("homeBlock = %d, outside [0, %d)", h, tc.blocks)
+				}
+				seen[h] = true
+			}
+			if tc.blocks > 1 && len(seen) < tc.blocks/2 {
+				t.Errorf("200 roots share only %d of %d home blocks", len(seen), tc.blocks)
+			}
+			if homeBlock(subnet, "/a/b/") != homeBlock(subnet, "/a/b") {
+				t.Error("homeBlock depends on how the directory is spelled")
+			}
+		})
 	}
 }

@@ -101,9 +101,10 @@ func makeTestLink(t *testing.T, ifPrefix string, subnet netip.Prefix) *testLink 
 		t.Fatal(err)
 	}
 
-	// Pick a free /30 under the subnet's lock, as the pool does, so that
-	// concurrent tests never share one.
-	unlock, err := lockFile(context.Background(), DefaultLockPath(subnet))
+	// Pick a free /30 of a block under the block's lock, as the pool
+	// does, so that concurrent tests and pools never share one.
+	block := mathrand.IntN(blocks(subnet))
+	unlock, err := lockFile(context.Background(), blockLockPath(DefaultLockPath(subnet), block))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,11 +119,11 @@ func makeTestLink(t *testing.T, ifPrefix string, subnet netip.Prefix) *testLink 
 			taken[n] = true
 		}
 	}
-	total := slots(subnet)
+	first, total := blockRange(subnet, block)
 	start := mathrand.IntN(total)
 	l.slot = -1
 	for i := range total {
-		if n := (start + i) % total; !taken[n] {
+		if n := first + (start+i)%total; !taken[n] {
 			l.slot = n
 			break
 		}

@@ -36,6 +36,10 @@ type Pool struct {
 
 	fwMu   sync.Mutex
 	fwDone bool // the firewall rules are in place
+
+	// claiming holds a token while a Setup of this pool claims an
+	// address (see claim).
+	claiming chan struct{}
 }
 
 // New makes a Pool from cfg, creating its directories. It needs root (more
@@ -51,6 +55,7 @@ func New(cfg Config) (*Pool, error) {
 		log:      cfg.Logger,
 		netnsDir: filepath.Join(cfg.Dir, "netns"),
 		leaseDir: filepath.Join(cfg.Dir, "leases"),
+		claiming: make(chan struct{}, 1),
 	}
 	for _, d := range []string{p.netnsDir, p.leaseDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -165,17 +170,6 @@ func (p *Pool) Setup(ctx context.Context, id string, pol *netpolicy.Policy) (_ *
 		}
 	}()
 
-	unlock, err := lockFile(ctx, p.cfg.LockPath)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
-	}
-	locked := true
-	defer func() {
-		if locked {
-			unlock()
-		}
-	}()
-
 	if err := p.ensureFirewall(ctx); err != nil {
 		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
 	}
@@ -187,21 +181,12 @@ func (p *Pool) Setup(ctx context.Context, id string, pol *netpolicy.Policy) (_ *
 			return nil, fmt.Errorf("sandbox %q: network: %s exists: %w", id, path, errdefs.ErrAlreadyExists)
 		}
 	}
-	n, err := p.freeSlot()
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
-	}
-	ep.HostAddr, ep.SandboxAddr, _ = slot(p.cfg.Subnet, n)
-	if p.cfg.IPv6Subnet.IsValid() {
-		ep.HostAddr6, ep.SandboxAddr6 = slot6(p.cfg.IPv6Subnet, n)
-	}
 
-	if err := p.writeLease(ep); err != nil {
-		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
-	}
-	undo.Add(func() error { return removeIfExists(p.leasePath(id)) })
-
-	if err := createNetNS(ep.NetNSPath, ep.SandboxAddr6.IsValid()); err != nil {
+	// The namespace and the veth pair are made before any lock is taken:
+	// their names are the sandbox's own, and only the address needs the
+	// host-wide pick (claim).
+	v6 := p.cfg.IPv6Subnet.IsValid()
+	if err := createNetNS(ep.NetNSPath, v6); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			err = fmt.Errorf("%w: %w", err, errdefs.ErrAlreadyExists)
 		}
@@ -228,14 +213,19 @@ func (p *Pool) Setup(ctx context.Context, id string, pol *netpolicy.Policy) (_ *
 	}
 	undo.Add(func() error { return deleteLink(ep.HostIf) })
 
-	if err := p.configureHostSide(ep); err != nil {
+	link, err := netlink.LinkByName(ep.HostIf)
+	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: network: host side %s: %w", id, ep.HostIf, err)
 	}
-	// The host side now carries its address: other pools of the subnet see
-	// the /30 as taken, and the lock can go.
-	unlock()
-	locked = false
-
+	if err := p.prepareHostSide(link, id, v6); err != nil {
+		return nil, fmt.Errorf("sandbox %q: network: host side %s: %w", id, ep.HostIf, err)
+	}
+	if err := p.claim(ctx, ep, link, &undo); err != nil {
+		return nil, fmt.Errorf("sandbox %q: network: %w", id, err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return nil, fmt.Errorf("sandbox %q: network: host side %s up: %w", id, ep.HostIf, err)
+	}
 	if err := configureSandboxSide(ns, ep); err != nil {
 		return nil, fmt.Errorf("sandbox %q: network: namespace side: %w", id, err)
 	}
@@ -250,13 +240,74 @@ func (p *Pool) Setup(ctx context.Context, id string, pol *netpolicy.Policy) (_ *
 	return ep, nil
 }
 
-// freeSlot returns the first /30 of the subnet that no lease of this pool
-// names and no host interface has an address in. The caller holds the lock.
-func (p *Pool) freeSlot() (int, error) {
+// claim picks a free /30 for ep and takes it host-wide: the lease is
+// written and the host side of the veth, link, carries the address, all
+// under the lock of the /30's block, which is held for nothing else. It
+// tries the pool's home block first and the others in turn, and fails with
+// errdefs.ErrResourceExhausted when every block is full.
+func (p *Pool) claim(ctx context.Context, ep *Endpoint, link netlink.Link, undo *cleanup.Stack) error {
+	// One claim of this pool at a time: its concurrent Setups queue here,
+	// in order, rather than all polling the lock file.
+	select {
+	case p.claiming <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for an address: %w", context.Cause(ctx))
+	}
+	defer func() { <-p.claiming }()
+	nb := blocks(p.cfg.Subnet)
+	home := homeBlock(p.cfg.Subnet, p.cfg.Dir)
+	for i := range nb {
+		ok, err := p.claimIn(ctx, (home+i)%nb, ep, link, undo)
+		if err != nil || ok {
+			return err
+		}
+	}
+	return fmt.Errorf("no free /30 in %s: %w", p.cfg.Subnet, errdefs.ErrResourceExhausted)
+}
+
+// claimIn claims a /30 of block b for ep, and reports false when the block
+// has none free.
+func (p *Pool) claimIn(ctx context.Context, b int, ep *Endpoint, link netlink.Link, undo *cleanup.Stack) (bool, error) {
+	unlock, err := lockFile(ctx, blockLockPath(p.cfg.LockPath, b))
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	n, ok, err := p.freeSlot(b)
+	if err != nil || !ok {
+		return false, err
+	}
+	ep.HostAddr, ep.SandboxAddr, _ = slot(p.cfg.Subnet, n)
+	if p.cfg.IPv6Subnet.IsValid() {
+		ep.HostAddr6, ep.SandboxAddr6 = slot6(p.cfg.IPv6Subnet, n)
+	}
+	if err := p.writeLease(ep); err != nil {
+		return false, err
+	}
+	undo.Add(func() error { return removeIfExists(p.leasePath(ep.ID)) })
+	// Once the host side carries the address, every pool of the subnet
+	// sees the /30 as taken, and the lock can go.
+	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: ipNet(ep.HostAddr)}); err != nil {
+		return false, fmt.Errorf("address %s on %s: %w", ep.HostAddr, ep.HostIf, err)
+	}
+	if ep.HostAddr6.IsValid() {
+		// No duplicate address detection: the /126 is ours, and DAD
+		// would hold the address back for a second or more.
+		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: ipNet(ep.HostAddr6), Flags: unix.IFA_F_NODAD}); err != nil {
+			return false, fmt.Errorf("address %s on %s: %w", ep.HostAddr6, ep.HostIf, err)
+		}
+	}
+	return true, nil
+}
+
+// freeSlot returns a /30 of block b that no lease of this pool names and no
+// host interface has an address in, and false when there is none. The
+// caller holds the block's lock.
+func (p *Pool) freeSlot(b int) (int, bool, error) {
 	taken := map[int]bool{}
 	leases, err := p.leases()
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	for _, ep := range leases {
 		if n, ok := slotOf(p.cfg.Subnet, ep.SandboxAddr.Addr()); ok {
@@ -265,7 +316,7 @@ func (p *Pool) freeSlot() (int, error) {
 	}
 	addrs, err := listAddrs()
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	for _, a := range addrs {
 		if n, ok := slotOf(p.cfg.Subnet, a); ok {
@@ -276,14 +327,14 @@ func (p *Pool) freeSlot() (int, error) {
 	// address freed a moment ago is then almost never handed out again at
 	// once, so a client still holding a dead sandbox's address does not
 	// find a new sandbox there.
-	total := slots(p.cfg.Subnet)
+	first, total := blockRange(p.cfg.Subnet, b)
 	start := rand.IntN(total)
 	for i := range total {
-		if n := (start + i) % total; !taken[n] {
-			return n, nil
+		if n := first + (start+i)%total; !taken[n] {
+			return n, true, nil
 		}
 	}
-	return 0, fmt.Errorf("no free /30 in %s: %w", p.cfg.Subnet, errdefs.ErrResourceExhausted)
+	return 0, false, nil
 }
 
 // listAddrs returns every IPv4 address on the host's interfaces.
@@ -308,47 +359,31 @@ func listAddrs() ([]netip.Addr, error) {
 	return out, nil
 }
 
-// configureHostSide names, locks down, addresses and raises the host side
-// of ep's veth.
-func (p *Pool) configureHostSide(ep *Endpoint) error {
-	link, err := netlink.LinkByName(ep.HostIf)
-	if err != nil {
-		return err
-	}
-	if err := netlink.LinkSetAlias(link, ifAlias(p.cfg.Dir, ep.ID)); err != nil {
+// prepareHostSide names and locks down link, the host side of sandbox id's
+// veth, before it has an address: the kernel must never route the
+// sandbox's packets anywhere but to the host itself (forwarding; a Policy
+// opens it), must drop packets whose source is not the sandbox's /30
+// (rp_filter), and, unless the sandbox has IPv6 (v6), must not offer IPv6
+// paths that no policy would see.
+func (p *Pool) prepareHostSide(link netlink.Link, id string, v6 bool) error {
+	name := link.Attrs().Name
+	if err := netlink.LinkSetAlias(link, ifAlias(p.cfg.Dir, id)); err != nil {
 		return fmt.Errorf("alias: %w", err)
 	}
-	// The kernel must never route the sandbox's packets anywhere but to
-	// the host itself (forwarding; a Policy opens it), must drop packets
-	// whose source is not the sandbox's /30 (rp_filter), and, unless the
-	// sandbox has IPv6, must not offer IPv6 paths that no policy would see.
 	disable6 := "1"
-	if ep.HostAddr6.IsValid() {
+	if v6 {
 		disable6 = "0"
 	}
 	for _, s := range []struct{ path, value string }{
-		{"/proc/sys/net/ipv6/conf/" + ep.HostIf + "/accept_ra", "0"},
-		{"/proc/sys/net/ipv6/conf/" + ep.HostIf + "/disable_ipv6", disable6},
-		{"/proc/sys/net/ipv4/conf/" + ep.HostIf + "/forwarding", "0"},
-		{"/proc/sys/net/ipv4/conf/" + ep.HostIf + "/rp_filter", "1"},
+		{"/proc/sys/net/ipv6/conf/" + name + "/accept_ra", "0"},
+		{"/proc/sys/net/ipv6/conf/" + name + "/disable_ipv6", disable6},
+		{"/proc/sys/net/ipv4/conf/" + name + "/forwarding", "0"},
+		{"/proc/sys/net/ipv4/conf/" + name + "/rp_filter", "1"},
 	} {
 		err := os.WriteFile(s.path, []byte(s.value), 0o644)
 		if err != nil && !(errors.Is(err, fs.ErrNotExist) && strings.Contains(s.path, "/ipv6/")) {
 			return fmt.Errorf("sysctl: %w", err)
 		}
-	}
-	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: ipNet(ep.HostAddr)}); err != nil {
-		return fmt.Errorf("address %s: %w", ep.HostAddr, err)
-	}
-	if ep.HostAddr6.IsValid() {
-		// No duplicate address detection: the /126 is ours, and DAD
-		// would hold the address back for a second or more.
-		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: ipNet(ep.HostAddr6), Flags: unix.IFA_F_NODAD}); err != nil {
-			return fmt.Errorf("address %s: %w", ep.HostAddr6, err)
-		}
-	}
-	if err := netlink.LinkSetUp(link); err != nil {
-		return fmt.Errorf("up: %w", err)
 	}
 	return nil
 }

@@ -34,8 +34,13 @@ func requireRoot(t *testing.T) {
 
 func newTestPool(t *testing.T, policy Policy) *Pool {
 	t.Helper()
+	return newTestPoolAt(t, t.TempDir(), policy)
+}
+
+func newTestPoolAt(t *testing.T, dir string, policy Policy) *Pool {
+	t.Helper()
 	requireRoot(t)
-	p, err := New(Config{Dir: t.TempDir(), Policy: policy})
+	p, err := New(Config{Dir: dir, Policy: policy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,11 +335,26 @@ func TestListFindsLeftovers(t *testing.T) {
 	assertGone(t, p, id)
 }
 
-// TestConcurrentSetup runs Setups of two pools of the same subnet at once.
-// The pools open the lock file separately, as two processes would, so this
-// checks the cross-process allocation too.
+// poolDirs returns two pool directories whose home blocks in the default
+// subnet are the same (same) or differ.
+func poolDirs(t *testing.T, same bool) (string, string) {
+	t.Helper()
+	base := t.TempDir()
+	a := filepath.Join(base, "p0")
+	for i := 1; ; i++ {
+		b := filepath.Join(base, fmt.Sprint("p", i))
+		if (homeBlock(DefaultSubnet, a) == homeBlock(DefaultSubnet, b)) == same {
+			return a, b
+		}
+	}
+}
+
+// TestConcurrentSetup runs Setups of two pools of the same subnet, and the
+// same home block, at once. The pools open the lock file separately, as two
+// processes would, so this checks the cross-process allocation too.
 func TestConcurrentSetup(t *testing.T) {
-	pools := []*Pool{newTestPool(t, nil), newTestPool(t, nil)}
+	a, b := poolDirs(t, true)
+	pools := []*Pool{newTestPoolAt(t, a, nil), newTestPoolAt(t, b, nil)}
 	ctx := context.Background()
 	const perPool = 8
 	var (
@@ -393,8 +413,9 @@ func TestConcurrentSetup(t *testing.T) {
 
 func TestSetupHonoursContext(t *testing.T) {
 	p := newTestPool(t, nil)
-	// Hold the subnet's lock so that Setup has to wait for it.
-	unlock, err := lockFile(context.Background(), p.cfg.LockPath)
+	// Hold the lock of the pool's home block so that Setup has to wait
+	// for it.
+	unlock, err := lockFile(context.Background(), blockLockPath(p.cfg.LockPath, homeBlock(p.cfg.Subnet, p.cfg.Dir)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,6 +427,37 @@ func TestSetupHonoursContext(t *testing.T) {
 		t.Errorf("Setup under a held lock = %v, want DeadlineExceeded", err)
 	}
 	assertGone(t, p, id)
+}
+
+// TestPoolsOfOtherRootsDoNotWait checks that a pool kept under another
+// directory (another daemon's state root) picks addresses while this one's
+// lock is held, as by a daemon stuck in the middle of a pick, and that the
+// stuck one does wait.
+func TestPoolsOfOtherRootsDoNotWait(t *testing.T) {
+	a, b := poolDirs(t, false)
+	stuck, free := newTestPoolAt(t, a, nil), newTestPoolAt(t, b, nil)
+	unlock, err := lockFile(context.Background(), blockLockPath(stuck.cfg.LockPath, homeBlock(stuck.cfg.Subnet, stuck.cfg.Dir)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := stuck.Setup(ctx, uniqueID("stuck"), nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Setup of the pool whose lock is held = %v, want it to wait (DeadlineExceeded)", err)
+	}
+	// No deadline worth the name: the other pool must not need the lock.
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := range 3 {
+		ep, err := free.Setup(ctx, uniqueID(fmt.Sprint("free", i)), nil)
+		if err != nil {
+			t.Fatalf("Setup of another root's pool while the first one's lock is held: %v", err)
+		}
+		if n, _ := slotOf(DefaultSubnet, ep.SandboxAddr.Addr()); n/blockSlots != homeBlock(DefaultSubnet, free.cfg.Dir) {
+			t.Errorf("%s got %s, outside its home block %d", ep.ID, ep.SandboxAddr, homeBlock(DefaultSubnet, free.cfg.Dir))
+		}
+	}
 }
 
 func TestNetNSDirStaysClean(t *testing.T) {
