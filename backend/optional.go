@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"net"
 
 	"github.com/lightbearco/tupper/netpolicy"
 )
@@ -55,4 +56,12 @@ type NetworkUpdater interface {
 // that a sandbox's policy refused. Without it, the engine reports none.
 type NetworkObserver interface {
 	NetworkDenials(ctx context.Context, id string) ([]netpolicy.Denial, error)
+}
+
+// Dialer is a backend whose sandboxes are reached some other way than TCP
+// to the host of Sandbox.AgentAddr: a vsock, a unix socket, a forwarded
+// port. DialSandbox connects to port inside sandbox id. Without it, the
+// engine dials TCP to AgentAddr's host at that port.
+type Dialer interface {
+	DialSandbox(ctx context.Context, id string, port int) (net.Conn, error)
 }

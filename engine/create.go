@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -35,6 +36,10 @@ type CreateOptions struct {
 	CPUs     float64
 	MemoryMB int
 	Pids     int64
+	// DiskMB caps what the sandbox writes to its file system (root and
+	// /tmp together); zero means the default, and more than the engine's
+	// MaxDiskMB is refused.
+	DiskMB int
 	// Network is the egress policy and AllowInternetAccess E2B's older
 	// switch (false denies all egress on top of Network). When both are
 	// nil the engine's DefaultNetwork applies.
@@ -75,6 +80,9 @@ func (o *CreateOptions) validate(cfg *Config) error {
 	}
 	if o.MemoryMB > maxMemoryMB || o.CPUs > maxCPUs || o.Pids > maxPids {
 		return fmt.Errorf("create: limits above %d MB, %d CPUs or %d pids: %w", maxMemoryMB, maxCPUs, maxPids, errdefs.ErrInvalidArgument)
+	}
+	if err := o.validateDisk(cfg); err != nil {
+		return err
 	}
 	if err := o.Network.Normalize(); err != nil {
 		return fmt.Errorf("create: %w", err)
@@ -120,7 +128,8 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		ID: newID(), Backend: e.cfg.BackendName, TemplateID: template, ImageRef: ref, ImageID: img.ID,
 		State: store.StateCreating, Metadata: opts.Metadata, Env: opts.Env,
 		CPUs: orDefault(opts.CPUs, e.cfg.DefaultCPUs), MemoryMB: orDefault(opts.MemoryMB, e.cfg.DefaultMemoryMB),
-		AccessToken: newToken(), StartedAt: now, EndAt: now.Add(timeout),
+		DiskMB: orDefault(opts.DiskMB, e.cfg.DefaultDiskMB), AccessToken: newToken(),
+		StartedAt: now, EndAt: now.Add(timeout),
 		Network: opts.Network, AllowInternetAccess: opts.AllowInternetAccess,
 	}
 	if sb.TemplateID == "" {
@@ -130,8 +139,11 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 
 	// The record goes in first: if the engine crashes mid-create, the
 	// next start finds a "creating" record and cleans its leftovers.
+	if err := e.checkHostDisk(); err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
 	if err := e.store.Put(ctx, sb); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create: %w", e.explainDiskFull(err))
 	}
 	if err := e.leaseImage(ctx, sb); err != nil {
 		e.store.Delete(context.WithoutCancel(ctx), sb.ID)
@@ -142,7 +154,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		RootFS:    img.RootFS,
 		Env:       sandboxEnv(img.Config.Env, opts.Env, sb.AccessToken),
 		Agent:     backend.Agent{Path: e.cfg.AgentPath, Args: []string{"--addr", fmt.Sprintf(":%d", backend.AgentPort)}},
-		Resources: backend.Resources{CPUs: sb.CPUs, MemoryBytes: int64(sb.MemoryMB) << 20, Pids: orDefault(opts.Pids, e.cfg.DefaultPids)},
+		Resources: backend.Resources{CPUs: sb.CPUs, MemoryBytes: int64(sb.MemoryMB) << 20, Pids: orDefault(opts.Pids, e.cfg.DefaultPids), DiskBytes: int64(sb.DiskMB) << 20},
 		Labels:    map[string]string{"template": sb.TemplateID},
 		Network:   netpolicy.WithInternet(sb.Network, sb.AllowInternetAccess),
 	}
@@ -175,7 +187,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 			log.Error("delete record of failed create", "err", derr)
 		}
 		e.releaseImage(stopCtx, sb.ID)
-		return nil, fmt.Errorf("create sandbox from %q: %w", ref, err)
+		return nil, fmt.Errorf("create sandbox from %q: %w", ref, e.explainDiskFull(err))
 	}
 	if !e.track(sb) {
 		// The engine closed while we booted: leave the sandbox running,
@@ -189,11 +201,21 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 // waitAgent polls the agent's /health until it answers 204, failing early
 // when the backend says the sandbox is gone.
 func (e *Engine) waitAgent(ctx context.Context, sb *Sandbox) error {
-	url := "http://" + sb.AgentAddr + "/health"
+	// Not through Dial: the sandbox is not live yet. No keep-alives:
+	// each try is a fresh connection.
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		Proxy:             nil,
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return e.dialBackend(ctx, sb.ID, sb.AgentAddr, backend.AgentPort)
+		},
+	}}
+	defer client.CloseIdleConnections()
+	url := "http://" + SandboxAddr(sb.ID, backend.AgentPort) + "/health"
 	delay := 2 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := e.http.Do(req)
+		resp, err := client.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusNoContent {

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -76,6 +75,12 @@ type Config struct {
 	DefaultCPUs     float64
 	DefaultMemoryMB int
 	DefaultPids     int64
+	// DefaultDiskMB is the disk cap (root and /tmp together) of a sandbox
+	// whose create names none; MaxDiskMB is the largest a create may ask
+	// for. Zeros mean DefaultDiskMB and DefaultMaxDiskMB (or the default,
+	// when that is larger).
+	DefaultDiskMB int
+	MaxDiskMB     int
 	// DefaultNetwork is the egress policy of sandboxes whose create says
 	// nothing of it; nil allows all egress, as in E2B.
 	DefaultNetwork *netpolicy.Policy
@@ -133,6 +138,9 @@ func (c *Config) Validate() error {
 	if c.DefaultPids == 0 {
 		c.DefaultPids = 4096
 	}
+	if err := c.validateDisk(); err != nil {
+		return err
+	}
 	if c.BootTimeout == 0 {
 		c.BootTimeout = 30 * time.Second
 	}
@@ -155,7 +163,6 @@ type Engine struct {
 	log   *slog.Logger
 	store *store.Store
 	lock  *os.File
-	http  *http.Client
 
 	mu sync.Mutex
 	// live holds the sandboxes the engine runs; an id leaves it exactly
@@ -172,9 +179,20 @@ type Engine struct {
 }
 
 type liveSandbox struct {
+	// rec is the sandbox's record as last written to the store, which
+	// readers get copies of: the data plane looks sandboxes up on every
+	// request, and must not read the database to do it. Guarded by
+	// Engine.mu; replaced, never changed in place.
+	rec *Sandbox
 	// endAt is when the sandbox's time runs out; guarded by Engine.mu.
 	endAt time.Time
 	timer *time.Timer
+	// conns are the connections dialed into the sandbox, cut when it
+	// leaves live; replaced (under Engine.mu) if it comes back.
+	conns *connSet
+	// writeMu orders the writes of the sandbox's record to the store,
+	// which are made outside Engine.mu: no disk I/O under the global lock.
+	writeMu sync.Mutex
 }
 
 // New opens the engine's state under cfg.Root, re-attaches to the
@@ -198,9 +216,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	bg, cancel := context.WithCancel(context.Background())
 	e := &Engine{
 		cfg: cfg, log: cfg.Logger.With("backend", cfg.BackendName), store: st, lock: lock,
-		// No keep-alives: sandbox addresses are reused, and a kept
-		// connection could answer for a sandbox that is gone.
-		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 		live: map[string]*liveSandbox{}, bg: bg, cancel: cancel,
 	}
 	e.leasePrefix = leasePrefix(cfg.Root)

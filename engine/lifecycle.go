@@ -21,7 +21,10 @@ func (e *Engine) track(sb *Sandbox) bool {
 		return false
 	}
 	id := sb.ID
-	e.live[id] = &liveSandbox{endAt: sb.EndAt, timer: time.AfterFunc(time.Until(sb.EndAt), func() { e.expire(id) })}
+	e.live[id] = &liveSandbox{
+		rec: sb.Clone(), endAt: sb.EndAt, conns: &connSet{},
+		timer: time.AfterFunc(time.Until(sb.EndAt), func() { e.expire(id) }),
+	}
 	if w, ok := e.cfg.Backend.(backend.Waiter); ok {
 		e.wg.Add(1)
 		go e.watch(w, id)
@@ -78,13 +81,26 @@ func (e *Engine) expire(id string) {
 	e.wg.Add(1)
 	e.mu.Unlock()
 	defer e.wg.Done()
+	l.conns.cutAll()
 	if err := e.stop(e.bg, id, l, "timeout"); err != nil {
 		e.log.Error("kill expired sandbox", "sandbox", id, "err", err)
 	}
 }
 
-// Get returns a live sandbox's record.
+// Get returns a live sandbox's record, from memory: no disk is read for
+// a sandbox that runs.
 func (e *Engine) Get(ctx context.Context, id string) (*Sandbox, error) {
+	e.mu.Lock()
+	l, ok := e.live[id]
+	var sb *Sandbox
+	if ok {
+		sb = l.rec.Clone()
+	}
+	e.mu.Unlock()
+	if ok {
+		return sb, nil
+	}
+	// Not live: say why, from the record.
 	sb, err := e.store.Get(ctx, id)
 	if err != nil {
 		return nil, err
@@ -92,10 +108,55 @@ func (e *Engine) Get(ctx context.Context, id string) (*Sandbox, error) {
 	if sb.State == store.StateKilled || sb.State == store.StateCreating {
 		return nil, fmt.Errorf("sandbox %q: %w (it was %s)", id, errdefs.ErrNotFound, describeGone(sb))
 	}
-	if !e.isLive(id) {
-		return nil, fmt.Errorf("sandbox %q: %w (it is being killed)", id, errdefs.ErrNotFound)
+	return nil, fmt.Errorf("sandbox %q: %w (it is being killed)", id, errdefs.ErrNotFound)
+}
+
+// liveOf returns the live entry of sandbox id.
+func (e *Engine) liveOf(id string) (*liveSandbox, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l, ok := e.live[id]
+	if !ok {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
-	return sb, nil
+	return l, nil
+}
+
+// updateRecord changes live sandbox id's record with edit and writes it
+// to the store, outside the global lock. Writes of one sandbox's record
+// are ordered by its writeMu; a sandbox that stops being live meanwhile
+// fails with errdefs.ErrNotFound, and apply (called under the global
+// lock with the new record, when set) does not run.
+func (e *Engine) updateRecord(ctx context.Context, id string, edit func(*Sandbox) error, apply func(*liveSandbox)) (*Sandbox, error) {
+	l, err := e.liveOf(id)
+	if err != nil {
+		return nil, err
+	}
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	e.mu.Lock()
+	rec := l.rec.Clone()
+	stillLive := e.live[id] == l
+	e.mu.Unlock()
+	if !stillLive {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	if err := edit(rec); err != nil {
+		return nil, err
+	}
+	if err := e.store.Put(ctx, rec); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.live[id] != l {
+		return nil, fmt.Errorf("sandbox %q: %w (it was killed meanwhile)", id, errdefs.ErrNotFound)
+	}
+	l.rec = rec
+	if apply != nil {
+		apply(l)
+	}
+	return rec.Clone(), nil
 }
 
 // isLive reports whether the engine runs sandbox id: a record that says
@@ -166,23 +227,17 @@ func (e *Engine) SetTimeout(ctx context.Context, id string, timeout time.Duratio
 	if timeout <= 0 || timeout > e.cfg.MaxTimeout {
 		return fmt.Errorf("sandbox %q: timeout %v must be above 0 and at most %v: %w", id, timeout, e.cfg.MaxTimeout, errdefs.ErrInvalidArgument)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	l, ok := e.live[id]
-	if !ok {
-		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
-	}
-	sb, err := e.store.Get(ctx, id)
-	if err != nil {
-		return err
-	}
-	sb.EndAt = time.Now().UTC().Add(timeout)
-	if err := e.store.Put(ctx, sb); err != nil {
-		return err
-	}
-	l.endAt = sb.EndAt
-	l.timer.Reset(timeout)
-	return nil
+	// The new end is made live under the same lock that expire checks
+	// the end under, and only while the sandbox is live: an extension
+	// that answers success is never followed by its timeout's kill.
+	_, err := e.updateRecord(ctx, id, func(sb *Sandbox) error {
+		sb.EndAt = time.Now().UTC().Add(timeout)
+		return nil
+	}, func(l *liveSandbox) {
+		l.endAt = l.rec.EndAt
+		l.timer.Reset(time.Until(l.endAt))
+	})
+	return err
 }
 
 // Kill stops sandbox id and removes everything it held. Killing an unknown
@@ -202,6 +257,7 @@ func (e *Engine) kill(ctx context.Context, id, reason string) error {
 	if !ok {
 		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
+	l.conns.cutAll()
 	return e.stop(ctx, id, l, reason)
 }
 
@@ -217,17 +273,24 @@ func (e *Engine) stop(ctx context.Context, id string, l *liveSandbox, reason str
 		e.mu.Lock()
 		if !e.closed {
 			l.endAt = time.Now() // expire must not wait for a later end
+			l.conns = &connSet{}
 			e.live[id] = l
 			l.timer.Reset(e.cfg.StopRetry)
 		}
 		e.mu.Unlock()
 		return fmt.Errorf("sandbox %q: stop (retried in %v): %w", id, e.cfg.StopRetry, err)
 	}
-	e.markKilled(stopCtx, id, reason)
+	e.markKilled(stopCtx, id, l, reason)
 	return nil
 }
 
-func (e *Engine) markKilled(ctx context.Context, id, reason string) {
+// markKilled records sandbox id killed; l is its former live entry, if
+// it had one, whose record writes this one must follow.
+func (e *Engine) markKilled(ctx context.Context, id string, l *liveSandbox, reason string) {
+	if l != nil {
+		l.writeMu.Lock()
+		defer l.writeMu.Unlock()
+	}
 	sb, err := e.store.Get(ctx, id)
 	if err != nil {
 		return
@@ -264,7 +327,7 @@ func (e *Engine) recover(ctx context.Context) error {
 		switch {
 		case errdefs.IsNotFound(err) || err == nil && st == backend.StateStopped:
 			e.cleanup(ctx, sb.ID)
-			e.markKilled(ctx, sb.ID, "its sandbox process died while the engine was down")
+			e.markKilled(ctx, sb.ID, nil, "its sandbox process died while the engine was down")
 			log.Warn("sandbox died while the engine was down", "state", st, "err", err)
 			continue
 		case err != nil:

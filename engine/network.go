@@ -19,39 +19,33 @@ func (e *Engine) UpdateNetwork(ctx context.Context, id string, policy *netpolicy
 	if err := policy.Normalize(); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
-	cur, err := e.Get(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if cur.Network != nil {
-		// Who may reach the sandbox's ports is not egress: an update of
-		// egress keeps it, whatever face the update came through.
-		if policy == nil {
-			policy = &netpolicy.Policy{}
-		}
-		policy.AllowPublicTraffic, policy.MaskRequestHost = cur.Network.AllowPublicTraffic, cur.Network.MaskRequestHost
-	}
 	up, ok := e.cfg.Backend.(backend.NetworkUpdater)
 	if !ok {
+		if _, err := e.liveOf(id); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("sandbox %q: the %s backend cannot change a running sandbox's network: %w", id, e.cfg.BackendName, errdefs.ErrNotSupported)
 	}
-	if err := up.UpdateNetwork(ctx, id, netpolicy.WithInternet(policy, internet)); err != nil {
-		return nil, fmt.Errorf("sandbox %q: update network: %w", id, err)
-	}
-	// The record is read and written under mu, as SetTimeout does, so
-	// that neither undoes the other, and only while the sandbox lives: a
-	// kill that came in between must not be undone either.
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if _, ok := e.live[id]; !ok {
-		return nil, fmt.Errorf("sandbox %q: %w (it was killed during the update)", id, errdefs.ErrNotFound)
-	}
-	sb, err := e.store.Get(ctx, id)
+	// The record is read, the backend updated and the record written in
+	// one step of the sandbox's record writes, so that neither this nor a
+	// concurrent SetTimeout undoes the other, and only while the sandbox
+	// lives: a kill that comes in between is not undone either.
+	sb, err := e.updateRecord(ctx, id, func(sb *Sandbox) error {
+		if sb.Network != nil {
+			// Who may reach the sandbox's ports is not egress: an update
+			// of egress keeps it, whatever face the update came through.
+			if policy == nil {
+				policy = &netpolicy.Policy{}
+			}
+			policy.AllowPublicTraffic, policy.MaskRequestHost = sb.Network.AllowPublicTraffic, sb.Network.MaskRequestHost
+		}
+		if err := up.UpdateNetwork(ctx, id, netpolicy.WithInternet(policy, internet)); err != nil {
+			return fmt.Errorf("sandbox %q: update network: %w", id, err)
+		}
+		sb.Network, sb.AllowInternetAccess = policy, internet
+		return nil
+	}, nil)
 	if err != nil {
-		return nil, err
-	}
-	sb.Network, sb.AllowInternetAccess = policy, internet
-	if err := e.store.Put(ctx, sb); err != nil {
 		return nil, err
 	}
 	e.log.Info("network policy updated", "sandbox", id, "network", policy.Redact(), "allowInternetAccess", internet)

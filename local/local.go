@@ -9,12 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/lightbearco/tupper/backend"
@@ -57,12 +55,9 @@ type Runtime struct {
 	engine  *engine.Engine
 	backend backend.Backend
 
-	mu sync.Mutex
-	// clients holds one HTTP client per sandbox. Sandbox addresses are
-	// reused once a sandbox dies, so a client shared by all sandboxes
-	// could send a new sandbox's request down a kept-alive connection to
-	// the old one's address.
-	clients map[string]*sandboxClient
+	// client carries the data plane to every sandbox, dialed by the
+	// engine.
+	client *http.Client
 }
 
 var (
@@ -112,14 +107,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	ecfg.Root = filepath.Join(cfg.Root, "engine")
 	ecfg.Backend, ecfg.BackendName = be, cfg.Backend
 	ecfg.Images, ecfg.AgentPath, ecfg.Logger = images, cfg.AgentPath, cfg.Logger
-	r := &Runtime{images: images, backend: be, clients: map[string]*sandboxClient{}}
-	onKilled := ecfg.OnKilled
-	ecfg.OnKilled = func(id string) {
-		r.dropClient(id)
-		if onKilled != nil {
-			onKilled(id)
-		}
-	}
+	r := &Runtime{images: images, backend: be}
 	eng, err := engine.New(ctx, ecfg)
 	if err != nil {
 		images.Close()
@@ -129,6 +117,11 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r.engine = eng
+	// One client for every sandbox: the engine dials, keys its kept-alive
+	// connections by sandbox, and cuts them when the sandbox dies.
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy, t.DialContext, t.MaxIdleConnsPerHost = nil, eng.DialContext, 16
+	r.client = &http.Client{Transport: t}
 	return r, nil
 }
 
@@ -240,81 +233,7 @@ func (r *Runtime) DataPlane(ctx context.Context, id string) (*sdk.DataPlane, err
 	if err != nil {
 		return nil, err
 	}
-	return &sdk.DataPlane{BaseURL: "http://" + sb.AgentAddr, AccessToken: sb.AccessToken, Client: r.client(id)}, nil
-}
-
-func (r *Runtime) client(id string) *http.Client {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	c, ok := r.clients[id]
-	if !ok {
-		c = newSandboxClient()
-		r.clients[id] = c
-	}
-	return c.http
-}
-
-// dropClient ends every request still open to sandbox id and forgets its
-// client. The engine calls it once the sandbox is killed: its network is
-// gone without a word to the connections, which would otherwise wait for
-// TCP to give up, minutes later.
-func (r *Runtime) dropClient(id string) {
-	r.mu.Lock()
-	c, ok := r.clients[id]
-	delete(r.clients, id)
-	r.mu.Unlock()
-	if ok {
-		c.closeAll()
-	}
-}
-
-// sandboxClient is the HTTP client of one sandbox, which remembers its
-// connections so that they can all be cut at once.
-type sandboxClient struct {
-	http  *http.Client
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-}
-
-func newSandboxClient() *sandboxClient {
-	c := &sandboxClient{conns: map[net.Conn]struct{}{}}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 16
-	var d net.Dialer
-	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		c.mu.Lock()
-		c.conns[conn] = struct{}{}
-		c.mu.Unlock()
-		return &trackedConn{Conn: conn, owner: c}, nil
-	}
-	c.http = &http.Client{Transport: t}
-	return c
-}
-
-func (c *sandboxClient) closeAll() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for conn := range c.conns {
-		conn.Close()
-	}
-	clear(c.conns)
-}
-
-// trackedConn forgets itself in its owner when closed.
-type trackedConn struct {
-	net.Conn
-	owner *sandboxClient
-}
-
-func (t *trackedConn) Close() error {
-	t.owner.mu.Lock()
-	delete(t.owner.conns, t.Conn)
-	t.owner.mu.Unlock()
-	return t.Conn.Close()
+	return &sdk.DataPlane{BaseURL: "http://" + engine.SandboxAddr(id, backend.AgentPort), AccessToken: sb.AccessToken, Client: r.client}, nil
 }
 
 func info(sb *engine.Sandbox) *sdk.SandboxInfo {

@@ -28,7 +28,8 @@ type Transport interface {
 // protocol (Connect RPC for processes and the filesystem, plain HTTP for
 // /files).
 type DataPlane struct {
-	// BaseURL is the agent's URL, for example http://10.213.0.6:49983.
+	// BaseURL is the agent's URL, for example http://10.213.0.6:49983,
+	// or a name that only Client's dialer knows (an in-process engine's).
 	BaseURL string
 	// Client carries the requests; nil means http.DefaultClient.
 	Client *http.Client

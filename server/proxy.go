@@ -31,8 +31,8 @@ import (
 // context from the routing code to the proxy's Rewrite.
 type proxyTarget struct {
 	sandboxID string
-	addr      string // host:port inside the sandbox's network
-	// agent is set when addr is the sandbox's agent.
+	port      int // inside the sandbox
+	// agent is set when port is the sandbox's agent's.
 	agent bool
 	// keepHost keeps the client's Host header, for requests to the
 	// sandbox's own servers through getHost(port).
@@ -109,8 +109,11 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(targetKey{}).(*proxyTarget)
 			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = poolHost(t.sandboxID, t.addr)
-			pr.Out.Host = t.addr
+			// The engine dials this name (see engine.SandboxAddr); the
+			// sandbox's server sees a Host it would also see from a
+			// browser inside the sandbox.
+			pr.Out.URL.Host = engine.SandboxAddr(t.sandboxID, t.port)
+			pr.Out.Host = "localhost:" + strconv.Itoa(t.port)
 			if t.keepHost {
 				pr.Out.Host = pr.In.Host
 				pr.SetXForwarded()
@@ -134,12 +137,11 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 	}
 }
 
-// forward proxies r to t, full duplex (see fullduplex.go), ending the
-// request when the sandbox stops running (see inflight.go).
+// forward proxies r to t, full duplex (see fullduplex.go). The request
+// ends when the sandbox stops running: the engine cuts the connections it
+// dialed into it.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *proxyTarget) {
-	ctx, done := s.inflight.track(r.Context(), t.sandboxID)
-	defer done()
-	out := r.WithContext(context.WithValue(ctx, targetKey{}, t))
+	out := r.WithContext(context.WithValue(r.Context(), targetKey{}, t))
 	if body := enableFullDuplex(w, r); body != nil {
 		out.Body = body
 		defer body.finish(w)
@@ -152,25 +154,25 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *proxyTarget)
 // (the proxy aborts the connection, so that the client sees it cut).
 func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	t, _ := r.Context().Value(targetKey{}).(*proxyTarget)
-	if errors.Is(context.Cause(r.Context()), errSandboxGone) {
-		s.log.Debug("sandbox stopped during a request", "sandbox", t.sandboxID, "path", r.URL.Path)
-		writeDataError(w, r, http.StatusBadGateway, fmt.Sprintf("sandbox %s stopped running during the request: it was killed or timed out", t.sandboxID))
-		return
-	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		s.log.Debug("client went away", "sandbox", t.sandboxID, "path", r.URL.Path)
+		return
+	}
+	if _, lerr := s.lookup(r.Context(), t.sandboxID); isNotFound(lerr) {
+		s.log.Debug("sandbox stopped during a request", "sandbox", t.sandboxID, "path", r.URL.Path)
+		writeDataError(w, r, http.StatusBadGateway, fmt.Sprintf("sandbox %s stopped running during the request: it was killed or timed out", t.sandboxID))
 		return
 	}
 	var msg string
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED) && t.agent:
-		msg = fmt.Sprintf("sandbox %s: its agent at %s is not running: the sandbox has died or is being killed", t.sandboxID, t.addr)
+		msg = fmt.Sprintf("sandbox %s: its agent (port %d) is not running: the sandbox has died or is being killed", t.sandboxID, t.port)
 	case errors.Is(err, syscall.ECONNREFUSED):
-		msg = fmt.Sprintf("sandbox %s: nothing listens on %s inside the sandbox", t.sandboxID, t.addr)
+		msg = fmt.Sprintf("sandbox %s: nothing listens on port %d inside the sandbox", t.sandboxID, t.port)
 	case isTimeout(err):
-		msg = fmt.Sprintf("sandbox %s: %s did not answer in time: the sandbox may be stuck or dead", t.sandboxID, t.addr)
+		msg = fmt.Sprintf("sandbox %s: port %d did not answer in time: the sandbox may be stuck or dead", t.sandboxID, t.port)
 	default:
-		msg = fmt.Sprintf("sandbox %s: cannot reach %s: %v", t.sandboxID, t.addr, err)
+		msg = fmt.Sprintf("sandbox %s: cannot reach port %d: %v", t.sandboxID, t.port, err)
 	}
 	s.log.Warn("data plane request failed", "sandbox", t.sandboxID, "path", r.URL.Path, "err", err)
 	writeDataError(w, r, http.StatusBadGateway, msg)
@@ -219,18 +221,7 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		writeDataError(w, r, http.StatusUnauthorized, err.Error())
 		return
 	}
-	// The agent is where the backend says; the sandbox's other ports are
-	// on the same address.
-	addr := sb.AgentAddr
-	if port != agentPort {
-		host, _, err := net.SplitHostPort(sb.AgentAddr)
-		if err != nil {
-			writeDataError(w, r, http.StatusBadGateway, fmt.Sprintf("sandbox %s has a bad agent address %q", id, sb.AgentAddr))
-			return
-		}
-		addr = net.JoinHostPort(host, strconv.Itoa(port))
-	}
-	s.forward(w, r, &proxyTarget{sandboxID: id, addr: addr, agent: port == agentPort, keepHost: byHost && port != agentPort})
+	s.forward(w, r, &proxyTarget{sandboxID: id, port: port, agent: port == agentPort, keepHost: byHost && port != agentPort})
 }
 
 // sandboxGone answers a data-plane request for a sandbox the engine does
@@ -313,13 +304,12 @@ func (s *Server) serveSigned(w http.ResponseWriter, r *http.Request) {
 		writeDataError(w, r, http.StatusUnauthorized, errExpired(sf).Error())
 		return
 	}
-	sb, err := s.lookup(r.Context(), id)
-	if err != nil {
+	if _, err := s.lookup(r.Context(), id); err != nil {
 		s.signed.remove(id)
 		s.sandboxGone(w, r, id, err)
 		return
 	}
-	s.forward(w, r, &proxyTarget{sandboxID: id, addr: sb.AgentAddr, agent: true})
+	s.forward(w, r, &proxyTarget{sandboxID: id, port: agentPort, agent: true})
 }
 
 func errExpired(sf *signedFiles) error {

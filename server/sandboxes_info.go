@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
 )
 
@@ -43,12 +44,11 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
-	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, "http://"+poolHost(sb.ID, sb.AgentAddr)+"/metrics", nil)
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, "http://"+engine.SandboxAddr(sb.ID, agentPort)+"/metrics", nil)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	req.Host = sb.AgentAddr
 	req.Header.Set(headerAccessToken, sb.AccessToken)
 	resp, err := s.metrics.Do(req)
 	if err != nil {

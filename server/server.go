@@ -91,8 +91,6 @@ type Server struct {
 	// agents carries the data plane's requests to sandboxes.
 	agents *http.Transport
 	proxy  *httputil.ReverseProxy
-	// inflight ends data-plane requests whose sandbox stops running.
-	inflight *inflight
 	// metrics asks agents for /metrics on the control plane's behalf.
 	metrics *http.Client
 }
@@ -111,9 +109,8 @@ func New(cfg Config) (*Server, error) {
 		engine: cfg.Engine, keys: cfg.Keys, extras: extras,
 		signed: newTokenIndex(cfg.Engine),
 	}
-	s.agents = newAgentTransport(cfg.DialTimeout)
+	s.agents = newAgentTransport(cfg.Engine, cfg.DialTimeout)
 	s.proxy = s.newProxy()
-	s.inflight = newInflight(cfg.Engine.Running, sweepInterval)
 	s.metrics = &http.Client{Transport: s.agents, Timeout: 10 * time.Second}
 	s.control = s.controlPlane()
 	s.handler = s.logged(http.HandlerFunc(s.route))
@@ -171,9 +168,6 @@ func (s *Server) lookup(ctx context.Context, id string) (*engine.Sandbox, error)
 	sb, err := s.engine.Get(ctx, id)
 	if err != nil {
 		return nil, err
-	}
-	if sb.AgentAddr == "" {
-		return nil, fmt.Errorf("sandbox %q has no agent address: %w", id, errdefs.ErrUnavailable)
 	}
 	return sb, nil
 }

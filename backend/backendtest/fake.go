@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lightbearco/tupper/backend"
@@ -18,7 +19,9 @@ import (
 
 // Fake is a backend for testing what sits above backends: the engine, the
 // server. Its sandboxes are HTTP servers on loopback that stand in for the
-// agent (by default answering 204 to everything, which satisfies /health).
+// agent (by default answering 204 to everything, which satisfies /health),
+// reached through its DialSandbox, as a VM backend's would be; Serve adds
+// servers at other ports.
 // It has every optional ability, and knobs that make it fail as real
 // backends do: a State that cannot tell, Stops that fail, Starts that fail,
 // sandboxes that crash on their own. It is safe for concurrent use.
@@ -37,7 +40,8 @@ type Fake struct {
 
 type fakeSandbox struct {
 	spec    *backend.Spec
-	srv     *http.Server
+	servers map[int]*http.Server // by port inside the sandbox
+	addrs   map[int]string       // the loopback address of each port
 	state   backend.State
 	exited  chan struct{} // closed when the sandbox stops running
 	network *netpolicy.Policy
@@ -57,6 +61,7 @@ var (
 	_ backend.StatsReader     = (*Fake)(nil)
 	_ backend.NetworkUpdater  = (*Fake)(nil)
 	_ backend.NetworkObserver = (*Fake)(nil)
+	_ backend.Dialer          = (*Fake)(nil)
 )
 
 // Start serves a new stand-in agent on a loopback port.
@@ -69,21 +74,65 @@ func (f *Fake) Start(ctx context.Context, spec *backend.Spec) (*backend.Sandbox,
 	if _, ok := f.sandboxes[spec.ID]; ok {
 		return nil, fmt.Errorf("sandbox %q: %w", spec.ID, errdefs.ErrAlreadyExists)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
 	h := f.Handler
 	if h == nil {
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	}
+	sb := &fakeSandbox{
+		spec: spec, servers: map[int]*http.Server{}, addrs: map[int]string{},
+		state: backend.StateRunning, exited: make(chan struct{}), network: spec.Network.Clone(),
+	}
+	if err := sb.serve(backend.AgentPort, h); err != nil {
+		return nil, err
+	}
+	f.sandboxes[spec.ID] = sb
+	return &backend.Sandbox{ID: spec.ID, AgentAddr: sb.addrs[backend.AgentPort], Pid: os.Getpid(), StartedAt: time.Now()}, nil
+}
+
+// serve starts h on a loopback port standing for port inside the sandbox.
+func (sb *fakeSandbox) serve(port int, h http.Handler) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
 	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
-	f.sandboxes[spec.ID] = &fakeSandbox{
-		spec: spec, srv: srv, state: backend.StateRunning, exited: make(chan struct{}),
-		network: spec.Network.Clone(),
+	sb.servers[port], sb.addrs[port] = srv, ln.Addr().String()
+	return nil
+}
+
+// Serve starts h at port inside running sandbox id, as a user's server.
+func (f *Fake) Serve(id string, port int, h http.Handler) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.sandboxes[id]
+	if !ok || sb.state == backend.StateStopped {
+		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
-	return &backend.Sandbox{ID: spec.ID, AgentAddr: ln.Addr().String(), Pid: os.Getpid(), StartedAt: time.Now()}, nil
+	if _, taken := sb.servers[port]; taken {
+		return fmt.Errorf("sandbox %q: port %d: %w", id, port, errdefs.ErrAlreadyExists)
+	}
+	return sb.serve(port, h)
+}
+
+// DialSandbox connects to the server at port inside sandbox id; a port
+// nothing serves is refused, as a real one would be.
+func (f *Fake) DialSandbox(ctx context.Context, id string, port int) (net.Conn, error) {
+	f.mu.Lock()
+	sb, ok := f.sandboxes[id]
+	var addr string
+	if ok && sb.state != backend.StateStopped {
+		addr = sb.addrs[port]
+	}
+	f.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	if addr == "" {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
 }
 
 // State answers what the Fake holds, or the error set by FailState.
@@ -284,6 +333,8 @@ func (sb *fakeSandbox) end() {
 		return
 	}
 	sb.state = backend.StateStopped
-	sb.srv.Close()
+	for _, srv := range sb.servers {
+		srv.Close()
+	}
 	close(sb.exited)
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +46,7 @@ type Sandbox struct {
 	Env         map[string]string `json:"env,omitempty"`
 	CPUs        float64           `json:"cpus"`
 	MemoryMB    int               `json:"memoryMB"`
+	DiskMB      int               `json:"diskMB,omitempty"`
 	AgentAddr   string            `json:"agentAddr"`
 	AccessToken string            `json:"accessToken"`
 	Pid         int               `json:"pid"`
@@ -252,4 +254,21 @@ func decodeToken(tok string) (int64, string, error) {
 		}
 	}
 	return 0, "", fmt.Errorf("page token %q: %w: pass the token of an earlier listing unchanged", tok, errdefs.ErrInvalidArgument)
+}
+
+// Clone returns a deep copy of sb: the engine hands out copies of the
+// records it keeps in memory, which callers may change.
+func (sb *Sandbox) Clone() *Sandbox {
+	if sb == nil {
+		return nil
+	}
+	c := *sb
+	c.Metadata = maps.Clone(sb.Metadata)
+	c.Env = maps.Clone(sb.Env)
+	c.Network = sb.Network.Clone()
+	if sb.AllowInternetAccess != nil {
+		v := *sb.AllowInternetAccess
+		c.AllowInternetAccess = &v
+	}
+	return &c
 }

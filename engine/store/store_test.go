@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/netpolicy"
 )
 
 func openTemp(t *testing.T) (*Store, string) {
@@ -153,5 +155,26 @@ func TestDeleteKilledStartedBefore(t *testing.T) {
 	}
 	if d := cmp.Diff([]string{"old-running", "new-killed"}, ids); d != "" {
 		t.Errorf("left (-want +got):\n%s", d)
+	}
+}
+
+// TestCloneIsDeep checks that a clone shares nothing a caller could change
+// with its original, field by field through JSON, so that a field added
+// later is covered too.
+func TestCloneIsDeep(t *testing.T) {
+	yes := true
+	sb := &Sandbox{
+		ID: "a", Metadata: map[string]string{"k": "v"}, Env: map[string]string{"E": "1"},
+		Network:             &netpolicy.Policy{AllowOut: []string{"example.com"}},
+		AllowInternetAccess: &yes,
+	}
+	c := sb.Clone()
+	before, _ := json.Marshal(sb)
+	if got, _ := json.Marshal(c); string(got) != string(before) {
+		t.Fatalf("clone %s differs from %s", got, before)
+	}
+	c.Metadata["k"], c.Env["E"], c.Network.AllowOut[0], *c.AllowInternetAccess = "x", "x", "x", false
+	if after, _ := json.Marshal(sb); string(after) != string(before) {
+		t.Errorf("changing the clone changed the original: %s, was %s", after, before)
 	}
 }
