@@ -23,6 +23,7 @@ import (
 
 	"github.com/lightbearco/tupper/agent"
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/sdk"
 )
 
@@ -640,11 +641,7 @@ func TestAgentFiles(t *testing.T) {
 	})
 
 	t.Run("users", func(t *testing.T) {
-		pub := filepath.Join(dir, "pub")
-		if err := os.Mkdir(pub, 0o777); err != nil {
-			t.Fatal(err)
-		}
-		os.Chmod(pub, 0o777)
+		pub := testutil.SharedTempDir(t)
 		p := filepath.Join(pub, "mine")
 		if _, err := sb.Files.Write(ctx, p, []byte("x"), sdk.WithUser("nobody")); err != nil {
 			t.Fatal(err)
@@ -653,8 +650,18 @@ func TestAgentFiles(t *testing.T) {
 		if err != nil || st.Owner != "nobody" {
 			t.Errorf("Stat = %+v, %v; want owner nobody", st, err)
 		}
-		// As in envd, the agent runs as root and the user decides only
-		// who owns what is created: reading a root-only file is allowed.
+		// The agent runs as root, but a request as nobody has nobody's
+		// permissions: root's private file is neither read nor replaced.
+		secret := filepath.Join(pub, "root only")
+		if err := os.WriteFile(secret, []byte("secret"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sb.Files.Read(ctx, secret, sdk.WithUser("nobody")); !sdk.IsPermissionDenied(err) {
+			t.Errorf("Read of root's 0600 file as nobody: err = %v, want permission denied", err)
+		}
+		if _, err := sb.Files.Write(ctx, filepath.Join(dir, "x"), []byte("x"), sdk.WithUser("nobody")); !sdk.IsPermissionDenied(err) {
+			t.Errorf("Write into root's private directory as nobody: err = %v, want permission denied", err)
+		}
 	})
 
 	t.Run("signed URLs", func(t *testing.T) {

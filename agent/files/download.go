@@ -2,14 +2,18 @@ package files
 
 import (
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"mime"
 	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
 
+	"github.com/lightbearco/tupper/agent/asuser"
+	"github.com/lightbearco/tupper/agent/identity"
 	"github.com/lightbearco/tupper/errdefs"
 )
 
@@ -19,8 +23,12 @@ import (
 // handles them). The body is gzip-compressed only when the client ranks gzip
 // above identity (see wantsGzip); then it has no Content-Length.
 //
+// The file is opened as the request's user (asuser.Do), so a user downloads
+// only what that user may read, through links or not; the bytes are then
+// served from the open file.
+//
 // Errors: a missing path is 404, a directory 400, a bad user, token or
-// signature 401.
+// signature 401, a file the user may not read 403.
 func (h *handler) download(w http.ResponseWriter, r *http.Request) {
 	u, err := h.user(r, opRead)
 	if err != nil {
@@ -32,10 +40,7 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	// Non-blocking and no controlling terminal: opening a FIFO for
-	// reading would otherwise wait for a writer for ever, and a tty could
-	// become the agent's. Regular files ignore O_NONBLOCK.
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	f, err := openAs(u, p)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -86,4 +91,19 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request) {
 	// ServeContent streams with io.CopyN (sendfile where the connection
 	// allows it) and sets Content-Length.
 	http.ServeContent(w, r, "", st.ModTime(), f)
+}
+
+// openAs opens p for reading with u's credentials. Non-blocking and no
+// controlling terminal: opening a FIFO for reading would otherwise wait for a
+// writer for ever, and a tty could become the agent's. Regular files ignore
+// O_NONBLOCK.
+func openAs(u *identity.User, p string) (f *os.File, err error) {
+	err = asuser.Do(u, func() (err error) {
+		f, err = os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+		return err
+	})
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("user %q may not read %s: %w", u.Name, p, err)
+	}
+	return f, err
 }

@@ -4,8 +4,10 @@
 //
 // A request acts as a user: the Basic authorization header's, else the
 // username query parameter's, else Config.DefaultUser. Relative paths resolve
-// against that user's home, and uploaded files and the directories made for
-// them belong to that user.
+// against that user's home. Files are read and written with that user's own
+// credentials (asuser.Do): a request reads and writes what the user's
+// processes could and no more (403 otherwise), and the files and directories
+// it creates belong to that user.
 package files
 
 import (

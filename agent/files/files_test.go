@@ -160,7 +160,7 @@ func noTempFiles(t *testing.T, dir string) {
 func TestUploadMultipart(t *testing.T) {
 	requireRoot(t)
 	base := newServer(t, files.Config{})
-	dir := t.TempDir()
+	dir := testutil.SharedTempDir(t)
 	unicodePath := filepath.Join(dir, "dir with space", unicodeName)
 	tests := []struct {
 		name   string
@@ -481,7 +481,7 @@ func TestUploadConnectionCut(t *testing.T) {
 
 func TestDownload(t *testing.T) {
 	base := newServer(t, files.Config{})
-	dir := t.TempDir()
+	dir := testutil.SharedTempDir(t)
 	p := filepath.Join(dir, "dir with space", unicodeName)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)

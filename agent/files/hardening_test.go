@@ -3,13 +3,13 @@ package files_test
 import (
 	"encoding/base64"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/lightbearco/tupper/agent/files"
+	"github.com/lightbearco/tupper/internal/testutil"
 )
 
 // TestDownloadFIFO checks that a FIFO planted where a file is expected is
@@ -31,10 +31,7 @@ func TestSignedURLKeepsItsUser(t *testing.T) {
 	requireRoot(t)
 	const token = "secret-token"
 	base := newServer(t, files.Config{AccessToken: token})
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	dir := testutil.SharedTempDir(t)
 	target := filepath.Join(dir, "up.txt")
 	sig := files.Signature(target, "write", "nobody", token, 0)
 	u := filesURL(base, "path", target, "username", "nobody", "signature", sig)

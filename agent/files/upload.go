@@ -38,8 +38,9 @@ type uploadedEntry struct {
 // Either may be sent with Content-Encoding: gzip. Each file streams to disk
 // and replaces its target atomically (userfs.WriteFile), so a body cut short
 // fails with 400 and a full disk with 507, and neither leaves a partial file
-// or disturbs the old one. Files that a multipart body finished before a
-// later part failed stay written. The reply is 200 with
+// or disturbs the old one. A path the user may not write (through a link or
+// not) is 403. Files that a multipart body finished before a later part
+// failed stay written. The reply is 200 with
 // [{"name","type":"file","path"}] for every file written.
 func (h *handler) upload(w http.ResponseWriter, r *http.Request) {
 	u, err := h.user(r, opWrite)

@@ -20,7 +20,7 @@ const MaxWatchers = 64
 // holds Config.MaxWatcherEvents events and drops the oldest beyond that. The
 // watch lives until RemoveWatcher, or until its directory is removed.
 func (s *Service) CreateWatcher(ctx context.Context, req *connect.Request[fspb.CreateWatcherRequest]) (*connect.Response[fspb.CreateWatcherResponse], error) {
-	_, p, err := s.resolve(req, req.Msg.GetPath())
+	u, p, err := s.resolve(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -33,6 +33,7 @@ func (s *Service) CreateWatcher(ctx context.Context, req *connect.Request[fspb.C
 		return nil, toConnect(fmt.Errorf("%d polling watchers exist, the most there may be: remove unused ones with RemoveWatcher: %w", n, errdefs.ErrResourceExhausted))
 	}
 	w, err := startWatch(watchOptions{
+		user:         u,
 		path:         p,
 		recursive:    req.Msg.GetRecursive(),
 		includeEntry: req.Msg.GetIncludeEntry(),

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/lightbearco/tupper/agent/asuser"
 	"github.com/lightbearco/tupper/errdefs"
 	fspb "github.com/lightbearco/tupper/proto/filesystem"
 )
@@ -22,10 +23,13 @@ import (
 // itself is followed, so listing "~/data" works when data is a link to a
 // directory; the entries' paths still start with the path as given.
 //
+// It lists as the request's user: a directory the user may not read is
+// permission_denied, and unreadable subdirectories are left out.
+//
 // A missing path is not_found; a path that is not a directory is
 // invalid_argument "not a directory".
 func (s *Service) ListDir(ctx context.Context, req *connect.Request[fspb.ListDirRequest]) (*connect.Response[fspb.ListDirResponse], error) {
-	_, p, err := s.resolve(req, req.Msg.GetPath())
+	u, p, err := s.resolve(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -33,18 +37,22 @@ func (s *Service) ListDir(ctx context.Context, req *connect.Request[fspb.ListDir
 	if depth == 0 {
 		depth = 1
 	}
-	st, err := os.Stat(p)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	if !st.IsDir() {
-		return nil, toConnect(fmt.Errorf("%s: not a directory: %w", p, errdefs.ErrInvalidArgument))
-	}
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	entries, err := listTree(ctx, p, real, depth)
+	var entries []*fspb.EntryInfo
+	err = asuser.Do(u, func() error {
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("%s: not a directory: %w", p, errdefs.ErrInvalidArgument)
+		}
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return err
+		}
+		entries, err = listTree(ctx, p, real, depth)
+		return err
+	})
 	if err != nil {
 		return nil, toConnect(err)
 	}

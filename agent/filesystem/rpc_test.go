@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/lightbearco/tupper/agent/filesystem"
+	"github.com/lightbearco/tupper/internal/testutil"
 	fspb "github.com/lightbearco/tupper/proto/filesystem"
 	"github.com/lightbearco/tupper/proto/filesystem/filesystemconnect"
 )
@@ -127,10 +128,14 @@ func TestUnknownUser(t *testing.T) {
 func TestMakeDir(t *testing.T) {
 	requireRoot(t)
 	forEachCodec(t, filesystem.Config{}, func(t *testing.T, c filesystemconnect.FilesystemClient) {
-		dir := t.TempDir()
+		// Root's directories, which nobody may write in.
+		dir := testutil.SharedTempDir(t)
 		file := filepath.Join(dir, "file")
 		mustWrite(t, file, "x")
 		mustMkdir(t, filepath.Join(dir, "exists"))
+		if err := os.Chmod(filepath.Join(dir, "exists"), 0o777); err != nil {
+			t.Fatal(err)
+		}
 		tests := []struct {
 			name    string
 			path    string
@@ -178,13 +183,14 @@ func TestMakeDir(t *testing.T) {
 func TestMove(t *testing.T) {
 	requireRoot(t)
 	forEachCodec(t, filesystem.Config{}, func(t *testing.T, c filesystemconnect.FilesystemClient) {
-		dir := t.TempDir()
+		dir := testutil.SharedTempDir(t)
 		mustWrite(t, filepath.Join(dir, "src.txt"), "data")
 		mustMkdir(t, filepath.Join(dir, "tree", "sub"))
 		mustWrite(t, filepath.Join(dir, "tree", "sub", "f"), "f")
 		mustWrite(t, filepath.Join(dir, "old.txt"), "old")
 		mustWrite(t, filepath.Join(dir, "over.txt"), "over")
 		mustMkdir(t, filepath.Join(dir, "full", "x"))
+		chownTree(t, dir, 65534) // the files nobody moves are nobody's
 		tests := []struct {
 			name, src, dst string
 			code           connect.Code

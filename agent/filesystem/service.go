@@ -4,9 +4,13 @@
 //
 // Every request acts as a user (identity.FromHeader: the Basic authorization
 // header, else Config.DefaultUser); relative paths resolve against that
-// user's home and what the request creates belongs to that user. The agent
-// runs as root and, like envd, does not check whether the user may touch a
-// path: the sandbox has one tenant.
+// user's home. The agent runs as root, but each request's file system calls
+// run with its user's credentials (asuser.Do): the request sees, creates,
+// moves and removes what a process of that user could, what it creates
+// belongs to that user, and the rest is permission_denied. So a symbolic
+// link that the user's own code planted (~/data.csv -> /etc/passwd) gives a
+// request no more than the user had; envd, which acts as root throughout,
+// would follow it.
 package filesystem
 
 import (

@@ -3,10 +3,12 @@ package filesystem_test
 import (
 	"encoding/base64"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -90,6 +92,21 @@ func mustWrite(t *testing.T, path, data string) {
 func mustMkdir(t *testing.T, path string) {
 	t.Helper()
 	if err := os.MkdirAll(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// chownTree gives dir and everything below it to uid (and the group of the
+// same number).
+func chownTree(t *testing.T, dir string, uid int) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, uid)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }

@@ -24,15 +24,17 @@ const DefaultKeepaliveInterval = 50 * time.Second
 // stream. With recursive set, subdirectories are watched too, including
 // those created later.
 //
-// A missing path is not_found and a file invalid_argument. The stream ends
+// A missing path is not_found, a file invalid_argument, and a directory the
+// request's user may not read permission_denied. The stream ends
 // when the client goes away, or with not_found when the watched directory
 // itself is removed.
 func (s *Service) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchDirRequest], stream *connect.ServerStream[fspb.WatchDirResponse]) error {
-	_, p, err := s.resolve(req, req.Msg.GetPath())
+	u, p, err := s.resolve(req, req.Msg.GetPath())
 	if err != nil {
 		return toConnect(err)
 	}
 	w, err := startWatch(watchOptions{
+		user:         u,
 		path:         p,
 		recursive:    req.Msg.GetRecursive(),
 		includeEntry: req.Msg.GetIncludeEntry(),

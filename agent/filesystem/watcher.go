@@ -13,14 +13,17 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/lightbearco/tupper/agent/asuser"
 	"github.com/lightbearco/tupper/agent/filesystem/userfs"
+	"github.com/lightbearco/tupper/agent/identity"
 	"github.com/lightbearco/tupper/errdefs"
 	fspb "github.com/lightbearco/tupper/proto/filesystem"
 )
 
 // watchOptions are the fields WatchDirRequest and CreateWatcherRequest share.
 type watchOptions struct {
-	path         string // absolute, as the client named it
+	user         *identity.User // the watch sees what this user sees
+	path         string         // absolute, as the client named it
 	recursive    bool
 	includeEntry bool
 	allowNetwork bool
@@ -30,6 +33,11 @@ type watchOptions struct {
 // FilesystemEvents. inotify watches single directories, so a recursive
 // watcher adds a watch per subdirectory, including ones created while it
 // runs. It is used by one goroutine at a time.
+//
+// A watcher acts as its user (opts.user): it starts and runs with the user's
+// credentials (see startWatch and run), so it watches, and describes with
+// includeEntry, only directories the user may read, whatever links lead
+// there.
 type dirWatcher struct {
 	opts watchOptions
 	root string // the watched directory with links resolved: inotify reports real paths
@@ -65,7 +73,16 @@ const watchEventBuffer = 1024
 // errdefs.ErrNotFound, a non-directory errdefs.ErrInvalidArgument, and a
 // network mount without allowNetwork errdefs.ErrFailedPrecondition, since
 // inotify does not see changes made by other machines.
-func startWatch(opts watchOptions, log *slog.Logger) (*dirWatcher, error) {
+func startWatch(opts watchOptions, log *slog.Logger) (d *dirWatcher, err error) {
+	err = asuser.Do(opts.user, func() (err error) {
+		d, err = startWatchAs(opts, log)
+		return err
+	})
+	return d, err
+}
+
+// startWatchAs is startWatch with the calling thread's credentials.
+func startWatchAs(opts watchOptions, log *slog.Logger) (*dirWatcher, error) {
 	st, err := os.Stat(opts.path)
 	if err != nil {
 		return nil, userfs.Classify(err)
@@ -119,8 +136,14 @@ func (d *dirWatcher) close() { d.fsw.Close() }
 // run reports events through emit until ctx ends (returning nil), emit
 // fails (returning its error), or the watched directory itself is removed
 // or moved away (returning errdefs.ErrNotFound, since nothing more can
-// happen under it).
+// happen under it). It runs with the watcher's user's credentials, emit
+// included.
 func (d *dirWatcher) run(ctx context.Context, emit func(*fspb.FilesystemEvent) error) error {
+	return asuser.Do(d.opts.user, func() error { return d.runAs(ctx, emit) })
+}
+
+// runAs is run with the calling thread's credentials.
+func (d *dirWatcher) runAs(ctx context.Context, emit func(*fspb.FilesystemEvent) error) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -255,7 +278,10 @@ func (d *dirWatcher) addTree(dir string, emit func(*fspb.FilesystemEvent) error)
 			return nil
 		}
 		if err := d.add(p); err != nil {
-			if errors.Is(err, errdefs.ErrNotFound) {
+			// Gone meanwhile, or a subdirectory the user may not read
+			// (inotify needs read permission): nothing to watch there,
+			// as ls -R shows nothing there.
+			if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrPermissionDenied) {
 				return filepath.SkipDir
 			}
 			return err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/lightbearco/tupper/agent/asuser"
 	"github.com/lightbearco/tupper/agent/identity"
 	"github.com/lightbearco/tupper/errdefs"
 )
@@ -15,13 +16,19 @@ import (
 // 0755 of mkdir under a 022 umask.
 const DirMode = 0o755
 
-// MkdirAll creates dir and any missing parents, like mkdir -p, and gives
-// every directory it creates to u. Directories that already exist keep their
+// MkdirAll creates dir and any missing parents, like mkdir -p, as u: the
+// directories it creates belong to u, and a parent u may not write to fails
+// with errdefs.ErrPermissionDenied. Directories that already exist keep their
 // owner. A non-directory in the way fails with errdefs.ErrInvalidArgument.
 func MkdirAll(dir string, u *identity.User) error {
+	return asuser.Do(u, func() error { return mkdirAll(dir) })
+}
+
+// mkdirAll is MkdirAll with the calling thread's credentials.
+func mkdirAll(dir string) error {
 	dir = filepath.Clean(dir)
-	// Find the missing tail of the path first, so only directories this call
-	// creates are chowned.
+	// Find the missing tail of the path first, so that a failure names the
+	// directory that could not be made.
 	var missing []string
 	for p := dir; ; p = filepath.Dir(p) {
 		st, err := os.Stat(p)
@@ -47,9 +54,6 @@ func MkdirAll(dir string, u *identity.User) error {
 			if st, serr := os.Stat(p); errors.Is(err, fs.ErrExist) && serr == nil && st.IsDir() {
 				continue
 			}
-			return Classify(err)
-		}
-		if err := os.Lchown(p, int(u.UID), int(u.GID)); err != nil {
 			return Classify(err)
 		}
 	}

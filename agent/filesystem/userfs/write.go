@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/lightbearco/tupper/agent/asuser"
 	"github.com/lightbearco/tupper/agent/identity"
 	"github.com/lightbearco/tupper/errdefs"
 )
@@ -49,51 +50,38 @@ func (e *ReadError) Unwrap() error { return e.Err }
 // The data goes to a temporary file in path's directory, which is synced and
 // renamed over path only once r is exhausted, so a failed write (a reader
 // error, a full disk) leaves no partial file and an existing file untouched.
-// Missing parent directories are created for u, the file is owned by u, and
-// an existing file's permission bits are kept. When path is a symbolic link
-// the file it points to is replaced, as writing through the link would.
+// Every step that names a path runs as u (asuser.Do): missing parent
+// directories are created by u, the file is created by u and so belongs to
+// u, and a path u may not write fails with errdefs.ErrPermissionDenied. An
+// existing file's permission bits are kept. When path is a symbolic link the
+// file it points to is replaced, as writing through the link would, which
+// takes the same permissions as writing that file directly.
 //
 // Errors carry errdefs classes: a directory at path is
 // errdefs.ErrInvalidArgument, a full disk errdefs.ErrResourceExhausted, and a
 // failure of r is a *ReadError.
 func WriteFile(path string, r io.Reader, u *identity.User) (n int64, err error) {
-	path, err = followLinks(path)
+	var tmp *os.File
+	asked := path
+	err = asuser.Do(u, func() (err error) {
+		path, tmp, err = createFor(path)
+		return err
+	})
+	if errors.Is(err, errdefs.ErrPermissionDenied) {
+		return 0, fmt.Errorf("user %q may not write %s: %w", u.Name, asked, err)
+	}
 	if err != nil {
 		return 0, err
-	}
-	mode := fs.FileMode(FileMode)
-	switch st, err := os.Stat(path); {
-	case err == nil && st.IsDir():
-		return 0, fmt.Errorf("write %s: path is a directory: %w", path, errdefs.ErrInvalidArgument)
-	case err == nil:
-		mode = st.Mode().Perm()
-	case !errors.Is(err, fs.ErrNotExist):
-		return 0, Classify(err)
-	}
-	dir := filepath.Dir(path)
-	if err := MkdirAll(dir, u); err != nil {
-		return 0, err
-	}
-
-	tmp, err := createTemp(dir)
-	if err != nil {
-		return 0, Classify(err)
 	}
 	committed := false
 	defer func() {
 		if !committed {
 			tmp.Close()
-			os.Remove(tmp.Name())
+			asuser.Do(u, func() error { return os.Remove(tmp.Name()) })
 		}
 	}()
-	// Ownership and mode go on before the data so the file is never visible
-	// under path with the wrong owner, even for an instant.
-	if err := tmp.Chown(int(u.UID), int(u.GID)); err != nil {
-		return 0, Classify(err)
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		return 0, Classify(err)
-	}
+	// The data moves with root's credentials, on any thread: the file is
+	// already open, and a descriptor's writes are not checked again.
 	if n, err = copyTo(tmp, r); err != nil {
 		return n, err
 	}
@@ -106,12 +94,51 @@ func WriteFile(path string, r io.Reader, u *identity.User) (n int64, err error) 
 	if err := tmp.Close(); err != nil {
 		return n, fmt.Errorf("write %s: %w", path, Classify(err))
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return n, Classify(err)
+	err = asuser.Do(u, func() error {
+		if err := os.Rename(tmp.Name(), path); err != nil {
+			return Classify(err)
+		}
+		committed = true
+		syncDir(filepath.Dir(path))
+		return nil
+	})
+	return n, err
+}
+
+// createFor resolves path's final links, creates its missing parents and a
+// temporary file beside it with the mode the finished file is to have, all
+// with the calling thread's credentials. It returns the resolved path and
+// the open temporary file.
+func createFor(path string) (string, *os.File, error) {
+	path, err := followLinks(path)
+	if err != nil {
+		return "", nil, err
 	}
-	committed = true
-	syncDir(dir)
-	return n, nil
+	mode := fs.FileMode(FileMode)
+	switch st, err := os.Stat(path); {
+	case err == nil && st.IsDir():
+		return "", nil, fmt.Errorf("write %s: path is a directory: %w", path, errdefs.ErrInvalidArgument)
+	case err == nil:
+		mode = st.Mode().Perm()
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", nil, Classify(err)
+	}
+	dir := filepath.Dir(path)
+	if err := mkdirAll(dir); err != nil {
+		return "", nil, err
+	}
+	tmp, err := createTemp(dir)
+	if err != nil {
+		return "", nil, Classify(err)
+	}
+	// The mode goes on before the data so the file is never visible under
+	// path with the wrong permission, even for an instant.
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return "", nil, Classify(err)
+	}
+	return path, tmp, nil
 }
 
 // copyTo copies r to f with its own loop rather than io.Copy, so a failure
