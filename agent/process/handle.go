@@ -70,8 +70,8 @@ func (h *handle) markExited() {
 
 // supervise waits for the process to exit and its output to be
 // broadcast, then calls onEnd and publishes the end event.
-func (h *handle) supervise(exit <-chan syscall.WaitStatus, outputs []*os.File, onEnd func(*handle)) {
-	ws := <-exit
+func (h *handle) supervise(exit <-chan exitStatus, outputs []*os.File, onEnd func(*handle)) {
+	st := <-exit
 	// Wake the pumps after a short grace: output the process wrote before
 	// exiting is in the pipe already and is drained without waiting.
 	grace := time.Now().Add(exitGrace)
@@ -80,7 +80,7 @@ func (h *handle) supervise(exit <-chan syscall.WaitStatus, outputs []*os.File, o
 	}
 	h.pumps.Wait()
 
-	end := endEvent(ws)
+	end := endEvent(st.ws, st.outOfMemory)
 	h.mu.Lock()
 	h.end = end
 	h.subs = nil
@@ -100,7 +100,13 @@ func (h *handle) supervise(exit <-chan syscall.WaitStatus, outputs []*os.File, o
 
 // endEvent describes an exit status the way Go's os.ProcessState prints
 // it, which is what envd sends: "exit status 3", "signal: killed".
-func endEvent(ws syscall.WaitStatus) *pb.ProcessEvent_EndEvent {
+//
+// A process the sandbox's out-of-memory killer ended (oom says why) is
+// the exception: its exit code is 137, 128 + SIGKILL, as a shell and
+// Docker report an OOM kill, rather than envd's -1 for any signal, and
+// its error says it ran out of memory. The E2B SDKs turn it into a
+// CommandExitError with exitCode 137.
+func endEvent(ws syscall.WaitStatus, oom string) *pb.ProcessEvent_EndEvent {
 	ev := &pb.ProcessEvent_EndEvent{ExitCode: -1}
 	switch {
 	case ws.Exited():
@@ -117,6 +123,10 @@ func endEvent(ws syscall.WaitStatus) *pb.ProcessEvent_EndEvent {
 	}
 	if !ev.Exited || ev.ExitCode != 0 {
 		msg := ev.Status
+		if oom != "" && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			ev.ExitCode = 128 + int32(syscall.SIGKILL)
+			msg += " (out of memory: " + oom + ")"
+		}
 		ev.Error = &msg
 	}
 	return ev

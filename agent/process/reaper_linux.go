@@ -45,7 +45,15 @@ type reaper struct {
 	forkMu  sync.RWMutex
 	all     bool // guarded by forkMu
 	mu      sync.Mutex
-	waiters map[int]func(syscall.WaitStatus) // guarded by mu
+	waiters map[int]func(exitStatus) // guarded by mu
+}
+
+// exitStatus is how a child ended.
+type exitStatus struct {
+	ws syscall.WaitStatus
+	// outOfMemory says why the sandbox's out-of-memory killer killed the
+	// child (MarkOutOfMemory); empty when it did not.
+	outOfMemory string
 }
 
 var (
@@ -57,7 +65,7 @@ var (
 // subscribed to before the first fork, so no exit goes unnoticed.
 func getReaper(log *slog.Logger) *reaper {
 	reaperOnce.Do(func() {
-		r := &reaper{log: log, waiters: make(map[int]func(syscall.WaitStatus))}
+		r := &reaper{log: log, waiters: make(map[int]func(exitStatus))}
 		r.all = os.Getpid() == 1 || isSubreaper()
 		sigc := make(chan os.Signal, 1)
 		signal.Notify(sigc, syscall.SIGCHLD)
@@ -79,9 +87,9 @@ func isSubreaper() bool {
 }
 
 // spawn forks and execs argv0 and registers onExit for the child, which
-// the reaper calls (on its goroutine; it must not block) with the exit
-// status.
-func (r *reaper) spawn(argv0 string, argv []string, attr *syscall.ProcAttr, onExit func(syscall.WaitStatus)) (int, error) {
+// the reaper calls (on its goroutine; it must not block) with how the
+// child ended.
+func (r *reaper) spawn(argv0 string, argv []string, attr *syscall.ProcAttr, onExit func(exitStatus)) (int, error) {
 	r.forkMu.RLock()
 	defer r.forkMu.RUnlock()
 	pid, err := syscall.ForkExec(argv0, argv, attr)
@@ -138,6 +146,9 @@ func (r *reaper) reap() {
 }
 
 func (r *reaper) dispatch(pid int, ws syscall.WaitStatus) {
+	// The mark goes with the process it was meant for, whoever waits for
+	// it, before its pid can be reused.
+	oom := takeOOMMark(pid, ws)
 	r.mu.Lock()
 	fn := r.waiters[pid]
 	delete(r.waiters, pid)
@@ -146,7 +157,7 @@ func (r *reaper) dispatch(pid int, ws syscall.WaitStatus) {
 		r.log.Debug("reaped orphan", "pid", pid, "status", ws)
 		return
 	}
-	fn(ws)
+	fn(exitStatus{ws: ws, outOfMemory: oom})
 }
 
 // registered returns the pids still running.

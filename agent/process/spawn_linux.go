@@ -95,10 +95,10 @@ func (s *Service) spawn(c *command, req *pb.StartRequest, first *subscriber) (*h
 		Sys:   sys,
 	}
 
-	exit := make(chan syscall.WaitStatus, 1)
-	pid, err := rp.spawn(c.path, c.argv, attr, func(ws syscall.WaitStatus) {
+	exit := make(chan exitStatus, 1)
+	pid, err := rp.spawn(c.path, c.argv, attr, func(st exitStatus) {
 		h.markExited()
-		exit <- ws
+		exit <- st
 	})
 	if err != nil {
 		return fail(classifyStartError(c, err))

@@ -112,16 +112,19 @@ func TestEndEvent(t *testing.T) {
 	tests := []struct {
 		name string
 		ws   syscall.WaitStatus // Linux encoding: exit code << 8, or the signal number
+		oom  string
 		want *pb.ProcessEvent_EndEvent
 	}{
-		{"exit 0", 0, &pb.ProcessEvent_EndEvent{ExitCode: 0, Exited: true, Status: "exit status 0"}},
-		{"exit 3", 3 << 8, &pb.ProcessEvent_EndEvent{ExitCode: 3, Exited: true, Status: "exit status 3", Error: ptr("exit status 3")}},
-		{"SIGKILL", 9, &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: "signal: killed", Error: ptr("signal: killed")}},
-		{"SIGSEGV core", 11 | 0x80, &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: "signal: segmentation fault (core dumped)", Error: ptr("signal: segmentation fault (core dumped)")}},
+		{"exit 0", 0, "", &pb.ProcessEvent_EndEvent{ExitCode: 0, Exited: true, Status: "exit status 0"}},
+		{"exit 3", 3 << 8, "", &pb.ProcessEvent_EndEvent{ExitCode: 3, Exited: true, Status: "exit status 3", Error: ptr("exit status 3")}},
+		{"SIGKILL", 9, "", &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: "signal: killed", Error: ptr("signal: killed")}},
+		{"SIGSEGV core", 11 | 0x80, "", &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: "signal: segmentation fault (core dumped)", Error: ptr("signal: segmentation fault (core dumped)")}},
+		{"SIGKILL for memory", 9, "the sandbox's limit is 256 MiB", &pb.ProcessEvent_EndEvent{ExitCode: 137, Status: "signal: killed", Error: ptr("signal: killed (out of memory: the sandbox's limit is 256 MiB)")}},
+		{"exit 3 after a mark", 3 << 8, "the sandbox's limit is 256 MiB", &pb.ProcessEvent_EndEvent{ExitCode: 3, Exited: true, Status: "exit status 3", Error: ptr("exit status 3")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, endEvent(tt.ws), protocmp.Transform()); diff != "" {
+			if diff := cmp.Diff(tt.want, endEvent(tt.ws, tt.oom), protocmp.Transform()); diff != "" {
 				t.Errorf("endEvent (-want +got):\n%s", diff)
 			}
 		})

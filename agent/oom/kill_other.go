@@ -1,0 +1,17 @@
+//go:build !linux
+
+package oom
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/lightbearco/tupper/errdefs"
+)
+
+var errGone = errors.New("process gone")
+
+// killProcess is unsupported outside Linux, where no sandbox runs the agent.
+func killProcess(string, proc) error {
+	return fmt.Errorf("kill: %w on this OS", errdefs.ErrNotSupported)
+}

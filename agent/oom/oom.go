@@ -1,0 +1,176 @@
+// Package oom is the sandbox's out-of-memory killer: what a Linux kernel
+// does when a memory cgroup runs out, done from inside a gVisor sandbox,
+// whose kernel (the sentry) has none.
+//
+// gVisor reports the sandbox's memory limit as MemTotal in /proc/meminfo
+// and what the sandbox's processes, its shared memory and its cached file
+// pages use as MemTotal - MemAvailable, but it never acts on them: past
+// the limit only the host's memory cgroup would stop it, by killing the
+// whole sandbox. A Watcher polls that figure, faster the closer it gets
+// to the limit, and when what is available falls to Slack it kills, with
+// SIGKILL, the process with the highest score: its resident memory,
+// shifted by its oom_score_adj as Linux does (-1000 spares it). It never
+// kills the process it runs in (the agent, PID 1). After a kill it waits
+// for the victim to be gone before it kills again, so one spike costs one
+// process.
+//
+// The design, the alternatives and the measurements behind the figures
+// are in docs/design/limits.md.
+package oom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Polling intervals by the share of MemTotal still available. Reading
+// /proc/meminfo costs about 0.1 to 0.3 ms in gVisor; allocating costs
+// about 5 ms per MiB there (0.2 GB/s measured), so at the finest interval
+// a process grows by a few MiB between two looks.
+var intervals = []struct {
+	above    float64 // available share above which interval applies
+	interval time.Duration
+}{
+	{0.50, 100 * time.Millisecond},
+	{0.25, 50 * time.Millisecond},
+	{0.10, 20 * time.Millisecond},
+	{0, 5 * time.Millisecond},
+}
+
+// victimTimeout bounds the wait for a killed process to vanish before the
+// watcher looks for another victim.
+const victimTimeout = 2 * time.Second
+
+// Config configures a Watcher.
+type Config struct {
+	// Proc is the procfs to read; empty means /proc.
+	Proc string
+	// Slack is how much memory may remain available when the watcher
+	// kills; zero means MemTotal/64, at least 1 MiB and at most 64 MiB.
+	Slack int64
+	// Mark, when set, is called with a victim's pid and the reason just
+	// before it is killed; the kill is taken back with the function it
+	// returns when it fails. The agent passes process.MarkOutOfMemory so
+	// that the command's end event says what happened.
+	Mark func(pid int, reason string) (undo func())
+	// Logger receives a line per kill; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Watcher is an out-of-memory killer. Run it once.
+type Watcher struct {
+	cfg  Config
+	log  *slog.Logger
+	self int
+}
+
+// New returns a Watcher for cfg.
+func New(cfg Config) *Watcher {
+	if cfg.Proc == "" {
+		cfg.Proc = "/proc"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Watcher{cfg: cfg, log: cfg.Logger, self: os.Getpid()}
+}
+
+// Run watches until ctx ends and returns ctx's error, or an error at once
+// when meminfo cannot be read.
+func (w *Watcher) Run(ctx context.Context) error {
+	mi, err := openMeminfo(filepath.Join(w.cfg.Proc, "meminfo"))
+	if err != nil {
+		return fmt.Errorf("oom: %w", err)
+	}
+	defer mi.Close()
+	m, err := mi.read()
+	if err != nil {
+		return fmt.Errorf("oom: %w", err)
+	}
+	w.log.Info("out-of-memory killer watching", "limit_mib", m.Total>>20, "slack_mib", w.slack(m.Total)>>20)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		m, err := mi.read()
+		if err != nil {
+			// A transient failure must not end the watch: log and go on.
+			w.log.Warn("oom: read meminfo", "err", err)
+			t.Reset(time.Second)
+			continue
+		}
+		if m.Available <= w.slack(m.Total) {
+			w.killOne(ctx, m)
+		}
+		t.Reset(interval(m))
+	}
+}
+
+func (w *Watcher) slack(total int64) int64 {
+	if w.cfg.Slack > 0 {
+		return w.cfg.Slack
+	}
+	return min(max(total/64, 1<<20), 64<<20)
+}
+
+// interval is how long to wait before the next look at m's figures.
+func interval(m meminfo) time.Duration {
+	share := float64(m.Available) / float64(max(m.Total, 1))
+	for _, iv := range intervals {
+		if share > iv.above {
+			return iv.interval
+		}
+	}
+	return intervals[len(intervals)-1].interval
+}
+
+// killOne kills the process with the highest score and waits for it to
+// be gone. It logs and returns when there is none to kill.
+func (w *Watcher) killOne(ctx context.Context, m meminfo) {
+	procs, err := scan(w.cfg.Proc, w.self)
+	if err != nil {
+		w.log.Warn("oom: list processes", "err", err)
+		return
+	}
+	v, ok := pickVictim(procs, m.Total)
+	if !ok {
+		w.log.Warn("out of memory, and no process to kill", "used_mib", (m.Total-m.Available)>>20, "limit_mib", m.Total>>20)
+		return
+	}
+	reason := fmt.Sprintf("the sandbox's memory limit is %d MiB", m.Total>>20)
+	undo := func() {}
+	if w.cfg.Mark != nil {
+		undo = w.cfg.Mark(v.pid, reason)
+	}
+	if err := killProcess(w.cfg.Proc, v); err != nil {
+		undo()
+		if !errors.Is(err, errGone) {
+			w.log.Warn("oom: kill", "pid", v.pid, "err", err)
+		}
+		return
+	}
+	w.log.Warn("out of memory: killed process", "pid", v.pid, "comm", v.comm, "rss_mib", v.rss>>20,
+		"used_mib", (m.Total-m.Available)>>20, "limit_mib", m.Total>>20)
+	w.waitGone(ctx, v)
+}
+
+// waitGone waits until v has left the process table (its memory is
+// freed by then) or victimTimeout passes.
+func (w *Watcher) waitGone(ctx context.Context, v proc) {
+	deadline := time.Now().Add(victimTimeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if !v.alive(w.cfg.Proc) {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

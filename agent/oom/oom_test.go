@@ -1,0 +1,259 @@
+package oom
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// holdEnv makes the test binary a helper process that holds the given
+// number of MiB resident and sleeps.
+const holdEnv = "TUPPER_OOM_TEST_HOLD_MIB"
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(holdEnv); v != "" {
+		mib, _ := strconv.Atoi(v)
+		b := make([]byte, mib<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		fmt.Println("ready")
+		time.Sleep(time.Minute)
+		fmt.Println(len(b))
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestParseMeminfo(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    meminfo
+		wantErr bool
+	}{
+		{
+			name: "gvisor",
+			in:   "MemTotal:        1048576 kB\nMemFree:         1033100 kB\nMemAvailable:    1033000 kB\nBuffers:               0 kB\n",
+			want: meminfo{Total: 1048576 << 10, Available: 1033000 << 10},
+		},
+		{
+			name: "no MemAvailable",
+			in:   "MemTotal: 2048 kB\nMemFree: 1024 kB\n",
+			want: meminfo{Total: 2048 << 10, Available: 1024 << 10},
+		},
+		{name: "no total", in: "MemFree: 1024 kB\n", wantErr: true},
+		{name: "no free", in: "MemTotal: 1024 kB\n", wantErr: true},
+		{name: "garbage value", in: "MemTotal: x kB\nMemFree: 1 kB\n", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseMeminfo([]byte(tt.in))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if got != tt.want {
+				t.Errorf("= %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	// Fields as Linux and gVisor print them: state is field 3, starttime
+	// field 22, rss field 24 (pages).
+	line := "42 (we (ird) name) S 1 42 42 0 0 0 0 0 0 0 0 0 0 0 20 0 1 0 777 123456 300 18446744073709551615 0 0 0\n"
+	got, err := parseStat([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := proc{comm: "we (ird) name", state: 'S', startTime: 777, rss: 300 * pageSize}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(proc{})); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if _, err := parseStat([]byte("42 (short) S 1 2\n")); err == nil {
+		t.Error("a short line parsed")
+	}
+}
+
+func TestPickVictim(t *testing.T) {
+	const total = 1000 << 20
+	tests := []struct {
+		name  string
+		procs []proc
+		want  int // pid; 0 for none
+	}{
+		{name: "none", want: 0},
+		{name: "largest", procs: []proc{{pid: 2, rss: 10 << 20}, {pid: 3, rss: 300 << 20}, {pid: 4, rss: 20 << 20}}, want: 3},
+		{name: "-1000 spares", procs: []proc{{pid: 2, rss: 10 << 20}, {pid: 3, rss: 300 << 20, adj: -1000}}, want: 2},
+		{name: "only spared", procs: []proc{{pid: 3, rss: 300 << 20, adj: -1000}}, want: 0},
+		// +500 on 1000 MiB adds 500 MiB to the score, as in Linux.
+		{name: "adj raises", procs: []proc{{pid: 2, rss: 10 << 20, adj: 500}, {pid: 3, rss: 300 << 20}}, want: 2},
+		{name: "adj lowers", procs: []proc{{pid: 2, rss: 200 << 20}, {pid: 3, rss: 300 << 20, adj: -200}}, want: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := pickVictim(tt.procs, total)
+			if !ok {
+				got.pid = 0
+			}
+			if got.pid != tt.want {
+				t.Errorf("victim %d, want %d", got.pid, tt.want)
+			}
+		})
+	}
+}
+
+func TestInterval(t *testing.T) {
+	const total = 1 << 30
+	tests := []struct {
+		avail int64
+		want  time.Duration
+	}{
+		{total, 100 * time.Millisecond},
+		{total / 3, 50 * time.Millisecond},
+		{total / 5, 20 * time.Millisecond},
+		{total / 20, 5 * time.Millisecond},
+		{0, 5 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		if got := interval(meminfo{Total: total, Available: tt.avail}); got != tt.want {
+			t.Errorf("interval(avail %d MiB) = %v, want %v", tt.avail>>20, got, tt.want)
+		}
+	}
+}
+
+// fakeProc is a procfs for the watcher: a meminfo file the test writes,
+// and links to the real /proc entries of the processes the test started.
+type fakeProc struct {
+	dir string
+	mi  *os.File
+}
+
+func newFakeProc(t *testing.T) *fakeProc {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "meminfo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return &fakeProc{dir: dir, mi: f}
+}
+
+// setMeminfo rewrites meminfo in place, at a fixed width, so that a
+// reader never sees it empty.
+func (p *fakeProc) setMeminfo(t *testing.T, totalMiB, availMiB int64) {
+	t.Helper()
+	s := fmt.Sprintf("MemTotal:     %12d kB\nMemFree:      %12d kB\nMemAvailable: %12d kB\n", totalMiB<<10, availMiB<<10, availMiB<<10)
+	if _, err := p.mi.WriteAt([]byte(s), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start runs a helper holding mib MiB and links it into the procfs.
+func (p *fakeProc) start(t *testing.T, mib int) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), holdEnv+"="+strconv.Itoa(mib))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "ready\n" {
+		t.Fatalf("helper: %q %v", buf, err)
+	}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	if err := os.Symlink(filepath.Join("/proc", pid), filepath.Join(p.dir, pid)); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+func TestWatcherKillsTheLargest(t *testing.T) {
+	p := newFakeProc(t)
+	p.setMeminfo(t, 1024, 900)
+	small := p.start(t, 1)
+	big := p.start(t, 64)
+
+	var mu sync.Mutex
+	var marked []int
+	w := New(Config{
+		Proc: p.dir,
+		Mark: func(pid int, reason string) func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if reason != "the sandbox's memory limit is 1024 MiB" {
+				t.Errorf("reason %q", reason)
+			}
+			marked = append(marked, pid)
+			// What the victim frees, as the sandbox's kernel would
+			// report it once the victim is gone.
+			p.setMeminfo(t, 1024, 900)
+			return func() {}
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != context.Canceled {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+
+	// Plenty available: nothing happens.
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	if len(marked) != 0 {
+		t.Fatalf("killed %v with 900 of 1024 MiB available", marked)
+	}
+	mu.Unlock()
+
+	// Available falls under the slack (16 MiB of 1024): the big one goes.
+	p.setMeminfo(t, 1024, 8)
+	exited := make(chan error, 1)
+	go func() { exited <- big.Wait() }()
+	select {
+	case err := <-exited:
+		ws, _ := big.ProcessState.Sys().(syscall.WaitStatus)
+		if err == nil || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("big helper ended with %v, want SIGKILL", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the big helper was not killed within 10s")
+	}
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(marked) != 1 || marked[0] != big.Process.Pid {
+		t.Errorf("marked %v, want only the big helper %d", marked, big.Process.Pid)
+	}
+	if err := small.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the small helper was hit: %v", err)
+	}
+}
+
+func TestRunNeedsMeminfo(t *testing.T) {
+	w := New(Config{Proc: t.TempDir()})
+	if err := w.Run(context.Background()); err == nil {
+		t.Error("Run without meminfo returned nil")
+	}
+}
