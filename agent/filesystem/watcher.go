@@ -290,7 +290,17 @@ func (d *dirWatcher) addTree(dir string, emit func(*fspb.FilesystemEvent) error)
 	})
 }
 
+// add watches dir. Linux's inotify_add_watch requires read permission on
+// the directory and gVisor's does not, so add opens it first: a user gets
+// permission_denied for a directory it may not list on both. (Code of that
+// user inside gVisor could still watch it directly; this keeps the agent's
+// answer the same everywhere, it is not what keeps the user out.)
 func (d *dirWatcher) add(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", dir, userfs.Classify(err))
+	}
+	f.Close()
 	if err := d.fsw.Add(dir); err != nil {
 		return fmt.Errorf("watch %s: %w", dir, classifyWatchErr(err))
 	}
