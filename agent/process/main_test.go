@@ -26,6 +26,11 @@ import (
 const ownModeEnv = "TUPPER_PROCESS_TEST_OWN_MODE"
 
 func TestMain(m *testing.M) {
+	// The tests run `bash -l` as the SDKs do; the host's startup files
+	// must not slow or change them.
+	if code, parent := testutil.HermeticLoginShells(); parent {
+		os.Exit(code)
+	}
 	if os.Getenv(ownModeEnv) == "" {
 		// Orphans of the test commands come back to the test binary as
 		// they come back to the agent as PID 1, and the reaper runs in
