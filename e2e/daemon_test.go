@@ -57,15 +57,22 @@ var serveKeyLine = regexp.MustCompile(`export E2B_API_KEY=(e2b_[0-9a-f]+)`)
 func startServeDaemon(t *testing.T, args ...string) *serveDaemon {
 	t.Helper()
 	testutil.RequiresRunsc(t)
-	tupper, _ := e2eBinaries(t)
-	storeRoot := baseTemplate(t)
-
 	// Unix socket paths that runsc makes under the root must stay under
 	// 108 bytes: a short directory in /tmp, not t.TempDir().
 	root, err := os.MkdirTemp("", "te-")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startServeDaemonIn(t, root, args...)
+}
+
+// startServeDaemonIn is startServeDaemon with root as the daemon's state
+// directory, which the cleanup empties.
+func startServeDaemonIn(t *testing.T, root string, args ...string) *serveDaemon {
+	t.Helper()
+	testutil.RequiresRunsc(t)
+	tupper, _ := e2eBinaries(t)
+	storeRoot := baseTemplate(t)
 	d := &serveDaemon{
 		Root: root, tupper: tupper, addr: freeLoopbackAddr(t), imageRoot: storeRoot,
 		logPath: filepath.Join(root, "serve.log"), args: args,

@@ -122,6 +122,8 @@ func TestUnknownSandbox(t *testing.T) {
 		{Envs: map[string]string{"BAD NAME": "x"}},
 		{MemoryMB: 1},
 		{MemoryMB: 1 << 30},
+		{DiskMB: 1},
+		{DiskMB: 1 << 30},
 		// Would replace the agent's access token: an empty one turns its
 		// check off.
 		{Envs: map[string]string{"TUPPER_ACCESS_TOKEN": ""}},

@@ -165,7 +165,7 @@ func (r *Runtime) Close() error {
 func (r *Runtime) CreateSandbox(ctx context.Context, req sdk.CreateRequest) (*sdk.SandboxInfo, error) {
 	sb, err := r.engine.Create(ctx, engine.CreateOptions{
 		Template: req.Template, Image: req.Image, Timeout: req.Timeout, Metadata: req.Metadata,
-		Env: req.Env, CPUs: req.CPUs, MemoryMB: req.MemoryMB,
+		Env: req.Env, CPUs: req.CPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 		Network: req.Network, AllowInternetAccess: req.AllowInternetAccess,
 	})
 	if err != nil {
@@ -239,7 +239,7 @@ func (r *Runtime) DataPlane(ctx context.Context, id string) (*sdk.DataPlane, err
 func info(sb *engine.Sandbox) *sdk.SandboxInfo {
 	return &sdk.SandboxInfo{
 		SandboxID: sb.ID, TemplateID: sb.TemplateID, Metadata: sb.Metadata, State: sb.State,
-		StartedAt: sb.StartedAt, EndAt: sb.EndAt, CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.MemoryMB,
+		StartedAt: sb.StartedAt, EndAt: sb.EndAt, CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB,
 		EnvdVersion: proto.EnvdVersion, EnvdAccessToken: sb.AccessToken,
 		Network: sb.Network.Redact(), AllowInternetAccess: sb.AllowInternetAccess,
 	}

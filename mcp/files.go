@@ -142,6 +142,10 @@ func fileError(ctx context.Context, op, sandbox, path string, err error) error {
 	if sdk.IsNotFound(err) {
 		return fmt.Errorf("%q not found in sandbox %q: call list_files to see what exists", path, sandbox)
 	}
+	if sdk.IsDiskFull(err) && ctx.Err() == nil {
+		return fmt.Errorf("sandbox disk is full: %s in sandbox %q failed (%w); %q keeps its old content: "+
+			"remove files you no longer need (remove_path) and retry, or create a sandbox with a larger disk_mb", op, sandbox, err, path)
+	}
 	return explain(ctx, op, sandbox, err)
 }
 

@@ -32,6 +32,7 @@ type createSandboxIn struct {
 	Metadata       map[string]string `json:"metadata,omitempty" jsonschema:"Labels to find the sandbox by with list_sandboxes; keys starting with tupper.mcp. are reserved"`
 	CPUs           float64           `json:"cpus,omitempty" jsonschema:"CPU cores (default 1)"`
 	MemoryMB       int               `json:"memory_mb,omitempty" jsonschema:"Memory limit in MB (default 1024)"`
+	DiskMB         int               `json:"disk_mb,omitempty" jsonschema:"Disk size in MB: what the sandbox may write, /tmp included (default: the server's, 10240)"`
 	Network        *networkPolicy    `json:"network,omitempty" jsonschema:"Egress policy (default: the internet is reachable). The host, other sandboxes and private addresses are never reachable. A refused connection fails at once; a refused DNS lookup answers REFUSED"`
 }
 
@@ -95,8 +96,8 @@ func (t *tools) createSandbox(ctx context.Context, c caller, in createSandboxIn)
 	if in.Template != "" && in.Image != "" {
 		return nil, out, errArgument("name a template or an image, not both")
 	}
-	if in.TimeoutSeconds < 0 || in.CPUs < 0 || in.MemoryMB < 0 {
-		return nil, out, errArgument("timeout_seconds, cpus and memory_mb must not be negative")
+	if in.TimeoutSeconds < 0 || in.CPUs < 0 || in.MemoryMB < 0 || in.DiskMB < 0 {
+		return nil, out, errArgument("timeout_seconds, cpus, memory_mb and disk_mb must not be negative")
 	}
 	md := map[string]string{}
 	for k, v := range in.Metadata {
@@ -114,7 +115,7 @@ func (t *tools) createSandbox(ctx context.Context, c caller, in createSandboxIn)
 	md[MetadataIdleTimeout] = strconv.Itoa(int(idle / time.Second))
 	opts := sdk.CreateOptions{
 		Template: in.Template, Image: in.Image, Timeout: idle, Metadata: md, Envs: in.Env,
-		CPUs: in.CPUs, MemoryMB: in.MemoryMB,
+		CPUs: in.CPUs, MemoryMB: in.MemoryMB, DiskMB: in.DiskMB,
 	}
 	if in.Network != nil {
 		opts.Network = &sdk.NetworkPolicy{AllowOut: in.Network.AllowOut, DenyOut: in.Network.DenyOut}

@@ -47,6 +47,11 @@ type CreateOptions struct {
 	// CPUs and MemoryMB are the sandbox's limits; 0 means the default.
 	CPUs     float64
 	MemoryMB int
+	// DiskMB caps what the sandbox writes to its file system (its root and
+	// /tmp together); 0 means the server's default. A write past it fails
+	// inside with ENOSPC, and Files.Write with an error that IsDiskFull
+	// reports. More than the server's maximum is refused.
+	DiskMB int
 	// Network is the sandbox's egress policy, as E2B's `network` option:
 	// AllowOut (CIDRs, IPs, domains, "*.domain") wins over DenyOut (CIDRs,
 	// IPs; "0.0.0.0/0" denies all), and Rules add headers to HTTPS
@@ -108,6 +113,7 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		Env:                 maps.Clone(opts.Envs),
 		CPUs:                opts.CPUs,
 		MemoryMB:            opts.MemoryMB,
+		DiskMB:              opts.DiskMB,
 		Network:             opts.Network.Clone(),
 		AllowInternetAccess: opts.AllowInternetAccess,
 	})

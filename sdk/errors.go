@@ -106,6 +106,15 @@ func IsUnauthenticated(err error) bool { return errors.Is(err, errdefs.ErrUnauth
 // IsResourceExhausted reports whether err means a limit was hit, such as a full disk.
 func IsResourceExhausted(err error) bool { return errors.Is(err, errdefs.ErrResourceExhausted) }
 
+// IsDiskFull reports whether err means the sandbox's disk is full: a write
+// past its disk cap (CreateOptions.DiskMB), which /files answers with 507
+// Insufficient Storage. Such an error is an *Error with that Status, and
+// IsResourceExhausted reports it too. The file written keeps its old content.
+func IsDiskFull(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusInsufficientStorage
+}
+
 // IsUnavailable reports whether err means the sandbox or Tupper could not be reached.
 func IsUnavailable(err error) bool { return errors.Is(err, errdefs.ErrUnavailable) }
 

@@ -176,10 +176,12 @@ type createBody struct {
 	Timeout    int64             `json:"timeout,omitempty"` // seconds
 	Metadata   map[string]string `json:"metadata,omitempty"`
 	EnvVars    map[string]string `json:"envVars,omitempty"`
-	// CPUCount and MemoryMB are Tupper's extensions, named as the listing
-	// reports them; E2B's API sizes sandboxes by template and ignores them.
+	// CPUCount, MemoryMB and DiskSizeMB are Tupper's extensions, named as
+	// the listing reports them; E2B's API sizes sandboxes by template and
+	// ignores them.
 	CPUCount            float64        `json:"cpuCount,omitempty"`
 	MemoryMB            int            `json:"memoryMB,omitempty"`
+	DiskSizeMB          int            `json:"diskSizeMB,omitempty"`
 	Network             *NetworkPolicy `json:"network,omitempty"`
 	AllowInternetAccess *bool          `json:"allow_internet_access,omitempty"`
 }
@@ -283,7 +285,7 @@ func (t *HTTPTransport) CreateSandbox(ctx context.Context, req CreateRequest) (*
 	}
 	body := createBody{
 		TemplateID: req.Template, Timeout: ceilSeconds(req.Timeout), Metadata: req.Metadata,
-		EnvVars: req.Env, CPUCount: req.CPUs, MemoryMB: req.MemoryMB,
+		EnvVars: req.Env, CPUCount: req.CPUs, MemoryMB: req.MemoryMB, DiskSizeMB: req.DiskMB,
 		Network: req.Network, AllowInternetAccess: req.AllowInternetAccess,
 	}
 	if req.Image != "" {

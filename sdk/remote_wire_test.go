@@ -92,7 +92,7 @@ func TestHTTPTransportWire(t *testing.T) {
 			w.Header().Set("X-Next-Token", "next1")
 			writeJSON(w, http.StatusOK, []map[string]any{{
 				"templateID": "base", "alias": "base", "sandboxID": "sb1", "clientID": "c", "startedAt": started, "endAt": started.Add(time.Hour),
-				"cpuCount": 2, "memoryMB": 512, "diskSizeMB": 0, "metadata": map[string]string{"k": "v"}, "state": "running", "envdVersion": "0.5.7",
+				"cpuCount": 2, "memoryMB": 512, "diskSizeMB": 2048, "metadata": map[string]string{"k": "v"}, "state": "running", "envdVersion": "0.5.7",
 			}})
 		case "GET /sandboxes/sb2":
 			writeJSON(w, http.StatusOK, map[string]any{"templateID": "base", "sandboxID": "sb2", "clientID": "c", "envdVersion": "0.5.7", "envdAccessToken": "tok2", "state": "running"})
@@ -109,7 +109,7 @@ func TestHTTPTransportWire(t *testing.T) {
 	ctx := context.Background()
 
 	info, err := tr.CreateSandbox(ctx, sdk.CreateRequest{
-		Timeout: 1500 * time.Millisecond, Metadata: map[string]string{"k": "v"}, Env: map[string]string{"A": "1"}, CPUs: 2, MemoryMB: 512,
+		Timeout: 1500 * time.Millisecond, Metadata: map[string]string{"k": "v"}, Env: map[string]string{"A": "1"}, CPUs: 2, MemoryMB: 512, DiskMB: 2048,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestHTTPTransportWire(t *testing.T) {
 	}
 	wantPage := &sdk.ListPage{NextToken: "next1", Sandboxes: []sdk.SandboxInfo{{
 		SandboxID: "sb1", TemplateID: "base", Alias: "base", Metadata: map[string]string{"k": "v"}, State: "running",
-		StartedAt: started, EndAt: started.Add(time.Hour), CPUCount: 2, MemoryMB: 512, EnvdVersion: "0.5.7",
+		StartedAt: started, EndAt: started.Add(time.Hour), CPUCount: 2, MemoryMB: 512, DiskSizeMB: 2048, EnvdVersion: "0.5.7",
 	}}}
 	if d := cmp.Diff(wantPage, page); d != "" {
 		t.Errorf("page (-want +got):\n%s", d)
@@ -171,7 +171,7 @@ func TestHTTPTransportWire(t *testing.T) {
 
 	want := []recorded{
 		{Method: "POST", Path: "/v2/sandboxes", Body: map[string]any{
-			"timeout": 2.0, "metadata": map[string]any{"k": "v"}, "envVars": map[string]any{"A": "1"}, "cpuCount": 2.0, "memoryMB": 512.0,
+			"timeout": 2.0, "metadata": map[string]any{"k": "v"}, "envVars": map[string]any{"A": "1"}, "cpuCount": 2.0, "memoryMB": 512.0, "diskSizeMB": 2048.0,
 		}},
 		{Method: "POST", Path: "/sandboxes/sb1/connect", Body: map[string]any{}},
 		{Method: "POST", Path: "/sandboxes/sb1/connect", Body: map[string]any{"timeout": 60.0}},

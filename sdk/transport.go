@@ -55,6 +55,8 @@ type CreateRequest struct {
 	// CPUs and MemoryMB are the sandbox's limits; 0 means the default.
 	CPUs     float64
 	MemoryMB int
+	// DiskMB is the sandbox's disk cap; 0 means the default.
+	DiskMB int
 	// Network and AllowInternetAccess are the egress policy (see
 	// CreateOptions.Network).
 	Network             *NetworkPolicy

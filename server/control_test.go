@@ -86,6 +86,16 @@ func TestControlPlaneRoundTrip(t *testing.T) {
 	if left := time.Until(d.EndAt); left < 290*time.Second || left > 301*time.Second {
 		t.Errorf("endAt %v is %v away, want about 300 s", d.EndAt, left)
 	}
+	if d.DiskSizeMB != 10240 {
+		t.Errorf("diskSizeMB = %d, want the default 10240", d.DiskSizeMB)
+	}
+	// Tupper's extension: the disk cap, as the listing names it.
+	sized := e.create(`{"diskSizeMB":2048}`)
+	_, _, raw = e.do("GET", "/sandboxes/"+sized.SandboxID, "")
+	if err := json.Unmarshal(raw, &d); err != nil || d.DiskSizeMB != 2048 {
+		t.Errorf("a create of diskSizeMB 2048 is described as %s", raw)
+	}
+	e.do("DELETE", "/sandboxes/"+sized.SandboxID, "")
 
 	// Python (≤ 2.50) creates through the v1 path.
 	other := struct{ sandboxJSON }{}
@@ -243,6 +253,9 @@ func TestMalformedRequests(t *testing.T) {
 		{name: "create: unknown template", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"nosuch"}`, want: 404, msg: "nosuch"},
 		{name: "create: bad allowOut", method: "POST", path: "/v2/sandboxes", body: `{"network":{"allowOut":["not a host!"]}}`, want: 400, msg: "allowOut[0]"},
 		{name: "create: domain in denyOut", method: "POST", path: "/v2/sandboxes", body: `{"network":{"denyOut":["example.com"]}}`, want: 400, msg: "denyOut takes no domain"},
+		{name: "create: disk above the maximum", method: "POST", path: "/v2/sandboxes", body: `{"diskSizeMB":1048576}`, want: 400, msg: "above this server's maximum of 102400 MB"},
+		{name: "create: disk too small", method: "POST", path: "/v2/sandboxes", body: `{"diskSizeMB":1}`, want: 400, msg: "below the 32 MB"},
+		{name: "create: negative disk", method: "POST", path: "/v2/sandboxes", body: `{"diskSizeMB":-1}`, want: 400, msg: "diskSizeMB"},
 		{name: "create: volume mounts", method: "POST", path: "/v2/sandboxes", body: `{"volumeMounts":[{"name":"v","path":"/data"}]}`, want: 501, msg: "volume mounts"},
 		{name: "timeout: missing", method: "POST", path: "/sandboxes/" + sb.SandboxID + "/timeout", body: `{}`, want: 400, msg: `{"timeout": <seconds>}`},
 		{name: "timeout: zero", method: "POST", path: "/sandboxes/" + sb.SandboxID + "/timeout", body: `{"timeout":0}`, want: 400, msg: "at least 1 second"},

@@ -36,10 +36,11 @@ type createBody struct {
 	AutoPause           *bool             `json:"autoPause"`
 	AutoResume          json.RawMessage   `json:"autoResume"`
 	VolumeMounts        []volumeMount     `json:"volumeMounts"`
-	// CPUCount and MemoryMB are Tupper's extensions (E2B fixes them in
-	// the template), named as in the listing.
-	CPUCount float64 `json:"cpuCount"`
-	MemoryMB int     `json:"memoryMB"`
+	// CPUCount, MemoryMB and DiskSizeMB are Tupper's extensions (E2B
+	// fixes them in the template), named as in the listing.
+	CPUCount   float64 `json:"cpuCount"`
+	MemoryMB   int     `json:"memoryMB"`
+	DiskSizeMB int     `json:"diskSizeMB"`
 }
 
 // connectBody is the body of POST /sandboxes/{id}/connect and of resume.
@@ -158,8 +159,8 @@ func decodeCreate(data []byte) (*createBody, time.Duration, error) {
 	if len(b.VolumeMounts) > 0 {
 		return nil, 0, fmt.Errorf("volume mounts are not supported yet: %w", errdefs.ErrNotSupported)
 	}
-	if b.CPUCount < 0 || b.MemoryMB < 0 || math.IsNaN(b.CPUCount) || math.IsInf(b.CPUCount, 0) {
-		return nil, 0, fmt.Errorf("cpuCount and memoryMB must be positive numbers: %w", errdefs.ErrInvalidArgument)
+	if b.CPUCount < 0 || b.MemoryMB < 0 || b.DiskSizeMB < 0 || math.IsNaN(b.CPUCount) || math.IsInf(b.CPUCount, 0) {
+		return nil, 0, fmt.Errorf("cpuCount, memoryMB and diskSizeMB must be positive numbers: %w", errdefs.ErrInvalidArgument)
 	}
 	if b.Network != nil {
 		if err := b.Network.Normalize(); err != nil {

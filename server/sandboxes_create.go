@@ -24,7 +24,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := s.engine.Create(r.Context(), engine.CreateOptions{
 		Template: b.TemplateID, Timeout: timeout, Metadata: b.Metadata, Env: b.EnvVars,
-		CPUs: b.CPUCount, MemoryMB: b.MemoryMB, Network: b.Network, AllowInternetAccess: b.AllowInternetAccess,
+		CPUs: b.CPUCount, MemoryMB: b.MemoryMB, DiskMB: b.DiskSizeMB, Network: b.Network, AllowInternetAccess: b.AllowInternetAccess,
 	})
 	if err != nil {
 		s.writeError(w, r, err)

@@ -116,7 +116,7 @@ func listedJSON(sb *engine.Sandbox) listedSandboxJSON {
 	return listedSandboxJSON{
 		TemplateID: sb.TemplateID, Alias: sb.TemplateID, SandboxID: sb.ID, ClientID: clientID,
 		StartedAt: sb.StartedAt.UTC(), EndAt: sb.EndAt.UTC(),
-		CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.MemoryMB,
+		CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB,
 		Metadata: md, State: sb.State, EnvdVersion: proto.EnvdVersion, VolumeMounts: []volumeMount{},
 	}
 }

@@ -18,6 +18,7 @@ type createOptions struct {
 	metadata []string
 	cpus     float64
 	memoryMB int
+	disk     sizeFlag
 	timeout  time.Duration
 	json     bool
 	egress   egressFlags
@@ -45,6 +46,7 @@ unless --timeout says otherwise; ` + "`tupper timeout`" + ` changes it later).`,
 	f.StringArrayVarP(&o.metadata, "metadata", "m", nil, "metadata to find the sandbox by, KEY=VALUE (repeatable)")
 	f.Float64Var(&o.cpus, "cpu", 0, "CPU cores (default 1)")
 	f.IntVar(&o.memoryMB, "memory", 0, "memory limit in MB (default 1024)")
+	f.Var(&o.disk, "disk", "disk size, /tmp included, such as 2G or 512M (default: the daemon's, 10G)")
 	f.DurationVar(&o.timeout, "timeout", 0, "time to live, for example 30m (default: the daemon's, 5m)")
 	f.BoolVar(&o.json, "json", false, "print the sandbox's description as JSON instead of its id")
 	o.egress.register(cmd)
@@ -69,7 +71,7 @@ func runCreate(ctx context.Context, g *globals, o *createOptions) error {
 	}
 	opts := sdk.CreateOptions{
 		Template: o.template, Image: o.image, Envs: env, Metadata: md,
-		CPUs: o.cpus, MemoryMB: o.memoryMB, Timeout: o.timeout,
+		CPUs: o.cpus, MemoryMB: o.memoryMB, DiskMB: o.disk.mb, Timeout: o.timeout,
 	}
 	if o.egress.set() {
 		if opts.Network, opts.AllowInternetAccess, err = o.egress.policy(); err != nil {

@@ -52,6 +52,7 @@ func runInfo(ctx context.Context, g *globals, o *infoOptions) error {
 		{"Ends", fmt.Sprintf("%s (in %s)", info.EndAt.Local().Format(time.RFC3339), until(time.Now(), info.EndAt))},
 		{"CPUs", fmt.Sprint(info.CPUCount)},
 		{"Memory", fmt.Sprintf("%d MB", info.MemoryMB)},
+		{"Disk", fmt.Sprintf("%d MB", info.DiskSizeMB)},
 		{"Metadata", formatPairs(info.Metadata)},
 		{"Envd version", info.EnvdVersion},
 	}

@@ -21,6 +21,7 @@ type runOptions struct {
 	timeout  time.Duration
 	cpus     float64
 	memoryMB int
+	disk     sizeFlag
 	keep     bool
 	argv     []string
 }
@@ -47,6 +48,7 @@ func newRunCmd(g *globals) *cobra.Command {
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "kill the command after this long (0: never)")
 	f.Float64Var(&o.cpus, "cpu", 0, "CPU cores (default 1)")
 	f.IntVar(&o.memoryMB, "memory", 0, "memory limit in MB (default 1024)")
+	f.Var(&o.disk, "disk", "disk size, /tmp included, such as 2G or 512M (default 10G)")
 	f.BoolVar(&o.keep, "keep", false, "leave the sandbox running afterwards and print its id")
 	return cmd
 }
@@ -69,7 +71,7 @@ func runRun(ctx context.Context, g *globals, o *runOptions) error {
 		life = o.timeout + time.Minute
 	}
 	sb, err := client.Create(ctx, sdk.CreateOptions{
-		Template: o.template, Image: o.image, Envs: env, Timeout: life, CPUs: o.cpus, MemoryMB: o.memoryMB,
+		Template: o.template, Image: o.image, Envs: env, Timeout: life, CPUs: o.cpus, MemoryMB: o.memoryMB, DiskMB: o.disk.mb,
 	})
 	if err != nil {
 		return err

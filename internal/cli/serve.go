@@ -33,6 +33,8 @@ type serveOptions struct {
 	// they keep running and the next start re-attaches to them.
 	killOnExit bool
 	net        networkFlags
+	// disk and maxDisk are each sandbox's default and largest disk cap.
+	disk, maxDisk sizeFlag
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -61,6 +63,8 @@ The first start creates an API key and prints it once.`,
 	f.BoolVar(&o.killOnExit, "kill-on-exit", false, "kill every sandbox when the daemon stops (default: leave them running; the next start re-attaches)")
 	f.StringVar(&o.imageRoot, "image-root", "", "image store directory (default <root>/images)")
 	f.StringVar(&o.defaultTemplate, "default-template", "", `template of creates that name none (default "base")`)
+	f.Var(&o.disk, "disk", "disk size of each sandbox (its writes, /tmp included) unless its create asks for another, such as 10G (default 10G)")
+	f.Var(&o.maxDisk, "max-disk", "largest disk size a create may ask for (default 100G, or --disk when larger)")
 	o.net.register(f)
 	_ = f.MarkHidden("image-root")
 	_ = f.MarkHidden("default-template")
@@ -120,7 +124,10 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 	}
 	rt, err := local.Open(ctx, local.Config{
 		Root: root, ImageRoot: o.imageRoot, Backend: g.backend, Logger: log, Network: hostNet,
-		Engine: engine.Config{DefaultTemplate: o.defaultTemplate, DefaultNetwork: defaultPolicy},
+		Engine: engine.Config{
+			DefaultTemplate: o.defaultTemplate, DefaultNetwork: defaultPolicy,
+			DefaultDiskMB: o.disk.mb, MaxDiskMB: o.maxDisk.mb,
+		},
 	})
 	if err != nil {
 		return err

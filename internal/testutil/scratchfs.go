@@ -10,20 +10,29 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ScratchFS mounts a file system of its own, of size bytes, for the test:
-// an ext4 file system on a loop device when the host can make one, else a
-// tmpfs. It is the test's alone, so its free space moves only with what the
-// test does there (the host's disk is shared with other tests). It is
-// unmounted when the test ends; the test must stop what still uses it
-// before then (cleanups registered later run first).
+// ScratchFS mounts a file system of its own, of size bytes, for the test
+// (see MountScratchFS) in a temporary directory and returns its path.
 func ScratchFS(t testing.TB, size int64) string {
 	t.Helper()
-	RequiresRoot(t)
-	base := t.TempDir()
-	dir := filepath.Join(base, "mnt")
+	dir := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	MountScratchFS(t, dir, size)
+	return dir
+}
+
+// MountScratchFS mounts a file system of its own, of size bytes, at the
+// empty directory dir: an ext4 file system on a loop device when the host
+// can make one, else a tmpfs. It is the test's alone, so its free space
+// moves only with what the test does there (the host's disk is shared with
+// other tests), and the test may fill it. It is unmounted when the test
+// ends; the test must stop what still uses it before then (cleanups
+// registered later run first).
+func MountScratchFS(t testing.TB, dir string, size int64) {
+	t.Helper()
+	RequiresRoot(t)
+	base := t.TempDir()
 	if err := mountExt4(base, dir, size); err != nil {
 		t.Logf("no loop ext4 (%v): using a tmpfs", err)
 		if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
@@ -36,7 +45,6 @@ func ScratchFS(t testing.TB, size int64) string {
 			unix.Unmount(dir, unix.MNT_DETACH)
 		}
 	})
-	return dir
 }
 
 // mountExt4 makes an ext4 file system of size bytes in a sparse file under
