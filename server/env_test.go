@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -276,6 +277,24 @@ func (b *fakeBackend) Start(ctx context.Context, spec *backend.Spec) (*backend.S
 	go srv.Serve(ln)
 	b.sandboxes[spec.ID] = &fakeSandbox{srv: srv, ln: ln, agent: a, network: spec.Network.Clone()}
 	return &backend.Sandbox{ID: spec.ID, AgentAddr: ln.Addr().String(), Pid: os.Getpid(), StartedAt: time.Now()}, nil
+}
+
+// DialSandbox implements backend.Dialer: the agent's port is the fake
+// agent's listener, and the sandbox's other ports are the host's own
+// loopback ports, as if the sandbox's address were 127.0.0.1.
+func (b *fakeBackend) DialSandbox(ctx context.Context, id string, port int) (net.Conn, error) {
+	b.mu.Lock()
+	fs, ok := b.sandboxes[id]
+	b.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if port == backend.AgentPort {
+		addr = fs.ln.Addr().String()
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
 }
 
 // UpdateNetwork implements backend.NetworkUpdater.
