@@ -8,7 +8,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lightbearco/tupper/agent/identity"
+	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/internal/testutil"
 )
 
@@ -118,9 +121,9 @@ func TestDoSupplementaryGroups(t *testing.T) {
 	}
 }
 
-// TestDoLeavesOtherThreadsAlone checks that the switch stays on Do's own
-// threads: everything else in the process is still root, while many Do
-// calls run at once.
+// TestDoLeavesOtherThreadsAlone checks that the switch stays on the thread
+// of Do's caller: everything else in the process is still root, while many
+// Do calls run at once.
 func TestDoLeavesOtherThreadsAlone(t *testing.T) {
 	requireRoot(t)
 	dir := openDir(t)
@@ -148,8 +151,19 @@ func TestDoLeavesOtherThreadsAlone(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if r, e, s := unix.Getresuid(); r != 0 || e != 0 || s != 0 {
-		t.Errorf("the test goroutine's thread has uids %d/%d/%d after Do, want root's", r, e, s)
+	// Once every Do has returned, every thread of the process is root's.
+	tasks, _ := filepath.Glob("/proc/self/task/*/status")
+	for _, p := range tasks {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if (strings.HasPrefix(line, "Uid:") || strings.HasPrefix(line, "Gid:")) && len(strings.Fields(line)) == 5 &&
+				strings.Join(strings.Fields(line)[1:], " ") != "0 0 0 0" {
+				t.Errorf("%s: %s after every Do returned, want root's", p, line)
+			}
+		}
 	}
 }
 
@@ -165,17 +179,72 @@ func TestDoAsTheAgentsOwnUser(t *testing.T) {
 	}
 }
 
-func TestDoReusesThreads(t *testing.T) {
+// TestDoSwitchesBack checks that Do runs fn on the caller's own thread and
+// leaves that thread root again, with root's groups, however fn ends.
+func TestDoSwitchesBack(t *testing.T) {
 	requireRoot(t)
-	c := credOf(nobody)
-	var first, second int
-	Do(nobody, func() error { first = unix.Gettid(); return nil })
-	if n := workers.idleCount(c.key); n < 1 {
-		t.Fatalf("%d idle workers after a Do, want at least 1", n)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := unix.Gettid()
+	groups, err := unix.Getgroups()
+	if err != nil {
+		t.Fatal(err)
 	}
-	Do(nobody, func() error { second = unix.Gettid(); return nil })
-	if first != second {
-		t.Errorf("two Do calls in a row ran on threads %d and %d, want one reused thread", first, second)
+	check := func(after string) {
+		t.Helper()
+		if r, e, s := unix.Getresuid(); r != 0 || e != 0 || s != 0 {
+			t.Errorf("after %s: uids %d/%d/%d, want root's", after, r, e, s)
+		}
+		if r, e, s := unix.Getresgid(); r != 0 || e != 0 || s != 0 {
+			t.Errorf("after %s: gids %d/%d/%d, want root's", after, r, e, s)
+		}
+		if g, _ := unix.Getgroups(); !slices.Equal(g, groups) {
+			t.Errorf("after %s: groups %v, want %v", after, g, groups)
+		}
+		if _, err := os.ReadFile("/proc/self/status"); err != nil {
+			t.Errorf("after %s: %v", after, err)
+		}
+	}
+	var inside int
+	var uids [3]int
+	if err := Do(nobody, func() error {
+		inside = unix.Gettid()
+		uids[0], uids[1], uids[2] = unix.Getresuid()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if inside != tid {
+		t.Errorf("fn ran on thread %d, want the caller's %d", inside, tid)
+	}
+	if uids != [3]int{0, 65534, 0} {
+		t.Errorf("inside Do: uids %v, want real and saved root's and effective nobody's", uids)
+	}
+	check("a Do that returned")
+	func() {
+		defer func() { recover() }()
+		Do(nobody, func() error { panic("boom") })
+	}()
+	check("a Do that panicked")
+}
+
+func TestDoNested(t *testing.T) {
+	requireRoot(t)
+	err := Do(nobody, func() error {
+		return Do(nobody, func() error {
+			if e := unix.Geteuid(); e != 65534 {
+				t.Errorf("nested Do for the same user: euid %d", e)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Errorf("nested Do for the same user: %v", err)
+	}
+	other := &identity.User{Name: "other", UID: 4243, GID: 4243}
+	err = Do(nobody, func() error { return Do(other, func() error { return nil }) })
+	if !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("Do for another user inside Do: err = %v, want permission denied", err)
 	}
 }
 

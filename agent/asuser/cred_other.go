@@ -8,8 +8,10 @@ import (
 	"github.com/lightbearco/tupper/errdefs"
 )
 
-// setCreds is unsupported outside Linux: the agent runs only in Linux
-// sandboxes.
-func setCreds(cred) error {
-	return fmt.Errorf("per-thread credentials: %w on this OS", errdefs.ErrNotSupported)
-}
+// The agent runs only in Linux sandboxes; elsewhere no thread switches.
+
+var errUnsupported = fmt.Errorf("per-thread credentials: %w on this OS", errdefs.ErrNotSupported)
+
+func current() (cred, error) { return cred{}, errUnsupported }
+func become(cred) error      { return errUnsupported }
+func restore(cred) error     { return errUnsupported }
