@@ -84,6 +84,9 @@ func (o *CreateOptions) validate(cfg *Config) error {
 	if err := o.validateDisk(cfg); err != nil {
 		return err
 	}
+	if err := checkReservedMetadata("create", o.Metadata); err != nil {
+		return err
+	}
 	if err := o.Network.Normalize(); err != nil {
 		return fmt.Errorf("create: %w", err)
 	}
@@ -105,6 +108,11 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	if err := opts.validate(&e.cfg); err != nil {
 		return nil, err
 	}
+	done, err := e.admit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	if opts.Network == nil && opts.AllowInternetAccess == nil {
 		opts.Network = e.cfg.DefaultNetwork.Clone()
 	}
@@ -135,6 +143,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	if sb.TemplateID == "" {
 		sb.TemplateID = ref
 	}
+	owners(ctx, sb)
 	log := e.log.With("sandbox", sb.ID, "op", "create")
 
 	// The record goes in first: if the engine crashes mid-create, the
@@ -178,21 +187,21 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	}
 	if err != nil {
 		log.Error("create failed", "err", err)
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if serr := e.cfg.Backend.Stop(stopCtx, sb.ID); serr != nil {
-			log.Error("clean up failed create", "err", serr)
-		}
-		if derr := e.store.Delete(stopCtx, sb.ID); derr != nil {
-			log.Error("delete record of failed create", "err", derr)
-		}
-		e.releaseImage(stopCtx, sb.ID)
+		e.abandon(sb.ID)
 		return nil, fmt.Errorf("create sandbox from %q: %w", ref, e.explainDiskFull(err))
 	}
 	if !e.track(sb) {
 		// The engine closed while we booted: leave the sandbox running,
 		// as Close promises; the next engine re-attaches to it.
 		return nil, fmt.Errorf("create: engine is closed: %w", errdefs.ErrUnavailable)
+	}
+	if ctx.Err() != nil {
+		// The caller went away while the sandbox booted: nobody knows
+		// its id, and it would run its whole timeout for nothing.
+		if err := e.kill(e.bg, sb.ID, "its creator went away before it was ready"); err != nil && !errdefs.IsNotFound(err) {
+			log.Error("kill abandoned sandbox", "err", err)
+		}
+		return nil, fmt.Errorf("create: the caller went away: %w", context.Cause(ctx))
 	}
 	log.Info("sandbox created", "template", sb.TemplateID, "addr", sb.AgentAddr, "took", time.Since(now))
 	return sb, nil

@@ -91,6 +91,17 @@ type Config struct {
 	// zero means 30 seconds.
 	StopRetry time.Duration
 
+	// Admission control (admission.go). MaxCreating bounds the creates
+	// booting at once; zero means two per CPU. MaxQueued bounds the
+	// creates waiting for a turn, and QueueWait how long one waits;
+	// zeros mean 4 × MaxCreating and 20 seconds. MaxSandboxes caps the
+	// live sandboxes; zero means DefaultMaxSandboxes(). A create beyond
+	// these fails at once with an errdefs.Busy error.
+	MaxCreating  int
+	MaxQueued    int
+	QueueWait    time.Duration
+	MaxSandboxes int
+
 	// OnKilled, when set, is called with a sandbox's id once it has been
 	// killed, whatever the reason (a request, its timeout, a crash). Data
 	// planes use it to end the requests still open to that sandbox, whose
@@ -147,6 +158,9 @@ func (c *Config) Validate() error {
 	if c.StopRetry == 0 {
 		c.StopRetry = 30 * time.Second
 	}
+	if err := c.validateAdmission(); err != nil {
+		return err
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -171,6 +185,8 @@ type Engine struct {
 	closed bool
 	// leasePrefix starts this engine's image lease holders.
 	leasePrefix string
+	// admission hands out turns to create (admission.go).
+	admission *admission
 	// bg bounds the work the engine starts on its own (timeouts); Close
 	// cancels it and waits.
 	bg     context.Context
@@ -216,7 +232,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	bg, cancel := context.WithCancel(context.Background())
 	e := &Engine{
 		cfg: cfg, log: cfg.Logger.With("backend", cfg.BackendName), store: st, lock: lock,
-		live: map[string]*liveSandbox{}, bg: bg, cancel: cancel,
+		live: map[string]*liveSandbox{}, bg: bg, cancel: cancel, admission: newAdmission(&cfg),
 	}
 	e.leasePrefix = leasePrefix(cfg.Root)
 	if err := e.recover(ctx); err != nil {

@@ -98,12 +98,18 @@ func (e *Engine) Get(ctx context.Context, id string) (*Sandbox, error) {
 	}
 	e.mu.Unlock()
 	if ok {
+		if !visible(ctx, sb) {
+			return nil, errUnknown(id)
+		}
 		return sb, nil
 	}
 	// Not live: say why, from the record.
 	sb, err := e.store.Get(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if !visible(ctx, sb) {
+		return nil, errUnknown(id)
 	}
 	if sb.State == store.StateKilled || sb.State == store.StateCreating {
 		return nil, fmt.Errorf("sandbox %q: %w (it was %s)", id, errdefs.ErrNotFound, describeGone(sb))
@@ -189,13 +195,29 @@ type ListOptions struct {
 	NextToken string
 }
 
-// List returns sandboxes matching opts and a token for the next page.
+// List returns sandboxes matching opts, within the scope of ctx, and a
+// token for the next page.
 func (e *Engine) List(ctx context.Context, opts ListOptions) ([]*Sandbox, string, error) {
+	if err := checkReservedMetadata("list", opts.Metadata); err != nil {
+		return nil, "", err
+	}
 	states := opts.States
 	if len(states) == 0 {
 		states = []string{store.StateRunning, store.StatePaused}
 	}
-	list, next, err := e.store.List(ctx, store.Query{States: states, Metadata: opts.Metadata, Limit: opts.Limit, After: opts.NextToken})
+	q := store.Query{States: states, Metadata: opts.Metadata, Limit: opts.Limit, After: opts.NextToken}
+	if s, ok := ScopeFrom(ctx); ok {
+		q.Team = s.Team
+		if s.OnlyKey {
+			// An empty Key would match every creator in the store's
+			// query; no real key has an empty id.
+			q.Creator = s.Key
+			if q.Creator == "" {
+				return nil, "", nil
+			}
+		}
+	}
+	list, next, err := e.store.List(ctx, q)
 	if err != nil {
 		return nil, "", err
 	}
@@ -227,6 +249,9 @@ func (e *Engine) SetTimeout(ctx context.Context, id string, timeout time.Duratio
 	if timeout <= 0 || timeout > e.cfg.MaxTimeout {
 		return fmt.Errorf("sandbox %q: timeout %v must be above 0 and at most %v: %w", id, timeout, e.cfg.MaxTimeout, errdefs.ErrInvalidArgument)
 	}
+	if err := e.checkScope(ctx, id); err != nil {
+		return err
+	}
 	// The new end is made live under the same lock that expire checks
 	// the end under, and only while the sandbox is live: an extension
 	// that answers success is never followed by its timeout's kill.
@@ -243,6 +268,9 @@ func (e *Engine) SetTimeout(ctx context.Context, id string, timeout time.Duratio
 // Kill stops sandbox id and removes everything it held. Killing an unknown
 // or already killed sandbox fails with errdefs.ErrNotFound.
 func (e *Engine) Kill(ctx context.Context, id string) error {
+	if err := e.checkScope(ctx, id); err != nil {
+		return err
+	}
 	return e.kill(ctx, id, "killed by request")
 }
 

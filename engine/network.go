@@ -19,6 +19,9 @@ func (e *Engine) UpdateNetwork(ctx context.Context, id string, policy *netpolicy
 	if err := policy.Normalize(); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
+	if err := e.checkScope(ctx, id); err != nil {
+		return nil, err
+	}
 	up, ok := e.cfg.Backend.(backend.NetworkUpdater)
 	if !ok {
 		if _, err := e.liveOf(id); err != nil {

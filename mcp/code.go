@@ -49,7 +49,7 @@ func (t *tools) registerCode(s *mcpsdk.Server) {
 	}, map[string][]any{"language": {"python", "javascript", "node"}}, t.runCode)
 }
 
-func (t *tools) runCode(ctx context.Context, c caller, in runCodeIn) (*mcpsdk.CallToolResult, runCodeOut, error) {
+func (t *tools) runCode(ctx context.Context, in runCodeIn) (*mcpsdk.CallToolResult, runCodeOut, error) {
 	var out runCodeOut
 	lang := strings.ToLower(strings.TrimSpace(in.Language))
 	interp, ok := interpreters[lang]
@@ -62,7 +62,7 @@ func (t *tools) runCode(ctx context.Context, c caller, in runCodeIn) (*mcpsdk.Ca
 	if in.TimeoutSeconds < 0 {
 		return nil, out, errArgument("timeout_seconds must not be negative")
 	}
-	sb, err := t.sandbox(ctx, c, in.Sandbox)
+	sb, err := t.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return nil, out, err
 	}

@@ -126,7 +126,7 @@ func commandOptions(cwd, user string, env map[string]string, timeout time.Durati
 	return opts
 }
 
-func (t *tools) runCommand(ctx context.Context, c caller, in runCommandIn) (*mcpsdk.CallToolResult, runCommandOut, error) {
+func (t *tools) runCommand(ctx context.Context, in runCommandIn) (*mcpsdk.CallToolResult, runCommandOut, error) {
 	var out runCommandOut
 	if strings.TrimSpace(in.Command) == "" {
 		return nil, out, errArgument("command is empty")
@@ -134,7 +134,7 @@ func (t *tools) runCommand(ctx context.Context, c caller, in runCommandIn) (*mcp
 	if in.TimeoutSeconds < 0 {
 		return nil, out, errArgument("timeout_seconds must not be negative")
 	}
-	sb, err := t.sandbox(ctx, c, in.Sandbox)
+	sb, err := t.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return nil, out, err
 	}
@@ -219,7 +219,7 @@ func checkPID(pid int) error {
 	return nil
 }
 
-func (t *tools) commandOutput(ctx context.Context, c caller, in commandOutputIn) (*mcpsdk.CallToolResult, commandOutputOut, error) {
+func (t *tools) commandOutput(ctx context.Context, in commandOutputIn) (*mcpsdk.CallToolResult, commandOutputOut, error) {
 	var out commandOutputOut
 	if err := checkPID(in.PID); err != nil {
 		return nil, out, err
@@ -227,7 +227,7 @@ func (t *tools) commandOutput(ctx context.Context, c caller, in commandOutputIn)
 	if in.StdoutOffset < 0 || in.StderrOffset < 0 || in.WaitSeconds < 0 {
 		return nil, out, errArgument("offsets and wait_seconds must not be negative")
 	}
-	sb, err := t.sandbox(ctx, c, in.Sandbox)
+	sb, err := t.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return nil, out, err
 	}
@@ -315,7 +315,7 @@ func (t *tools) attach(ctx context.Context, sb *sdk.Sandbox, pid uint32) (*bgCom
 	return bc, nil
 }
 
-func (t *tools) sendStdin(ctx context.Context, c caller, in sendStdinIn) (*mcpsdk.CallToolResult, sendStdinOut, error) {
+func (t *tools) sendStdin(ctx context.Context, in sendStdinIn) (*mcpsdk.CallToolResult, sendStdinOut, error) {
 	var out sendStdinOut
 	if err := checkPID(in.PID); err != nil {
 		return nil, out, err
@@ -323,7 +323,7 @@ func (t *tools) sendStdin(ctx context.Context, c caller, in sendStdinIn) (*mcpsd
 	if in.Data == "" && !in.EOF {
 		return nil, out, errArgument("pass data to write, eof: true to close standard input, or both")
 	}
-	sb, err := t.sandbox(ctx, c, in.Sandbox)
+	sb, err := t.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return nil, out, err
 	}
@@ -352,12 +352,12 @@ func (t *tools) sendStdin(ctx context.Context, c caller, in sendStdinIn) (*mcpsd
 	return textResult(text + ": read its output with command_output"), out, nil
 }
 
-func (t *tools) killCommand(ctx context.Context, c caller, in pidIn) (*mcpsdk.CallToolResult, killCommandOut, error) {
+func (t *tools) killCommand(ctx context.Context, in pidIn) (*mcpsdk.CallToolResult, killCommandOut, error) {
 	var out killCommandOut
 	if err := checkPID(in.PID); err != nil {
 		return nil, out, err
 	}
-	sb, err := t.sandbox(ctx, c, in.Sandbox)
+	sb, err := t.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return nil, out, err
 	}

@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -16,23 +17,45 @@ import (
 
 	"github.com/lightbearco/tupper/auth"
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/mcp"
 	"github.com/lightbearco/tupper/sdk"
 )
 
 // fakeTransport is a control plane in memory, for tests of what the tools
 // do without a sandbox: scoping, arguments, errors. Its data plane leads
-// nowhere.
+// nowhere. Like the daemon's engine, it confines a call whose context
+// carries a scope (see fakeScope) to the sandboxes made under that scope.
 type fakeTransport struct {
 	mu        sync.Mutex
 	next      int
 	sandboxes map[string]*sdk.SandboxInfo
+	owners    map[string]string // sandbox id → scope it was made under
 }
 
 func newFakeTransport() *fakeTransport {
-	return &fakeTransport{sandboxes: map[string]*sdk.SandboxInfo{}}
+	return &fakeTransport{sandboxes: map[string]*sdk.SandboxInfo{}, owners: map[string]string{}}
 }
 
-func (f *fakeTransport) CreateSandbox(_ context.Context, req sdk.CreateRequest) (*sdk.SandboxInfo, error) {
+// fakeScopeKey carries a scope on a context, as engine.WithScope does.
+type fakeScopeKey struct{}
+
+// fakeScope is a Config.Scope that scopes every call to its API key's id,
+// as the daemon does.
+func fakeScope(ctx context.Context) (context.Context, error) {
+	id, _, ok := mcp.CallerKey(ctx)
+	if !ok {
+		return nil, errors.New("no API key")
+	}
+	return context.WithValue(ctx, fakeScopeKey{}, id), nil
+}
+
+// sees reports whether a call on ctx may see sandbox id.
+func (f *fakeTransport) sees(ctx context.Context, id string) bool {
+	scope, ok := ctx.Value(fakeScopeKey{}).(string)
+	return !ok || f.owners[id] == scope
+}
+
+func (f *fakeTransport) CreateSandbox(ctx context.Context, req sdk.CreateRequest) (*sdk.SandboxInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.next++
@@ -43,37 +66,38 @@ func (f *fakeTransport) CreateSandbox(_ context.Context, req sdk.CreateRequest) 
 		Network: req.Network.Clone(), AllowInternetAccess: req.AllowInternetAccess,
 	}
 	f.sandboxes[info.SandboxID] = info
+	f.owners[info.SandboxID], _ = ctx.Value(fakeScopeKey{}).(string)
 	c := *info
 	return &c, nil
 }
 
-func (f *fakeTransport) get(id string) (*sdk.SandboxInfo, error) {
+func (f *fakeTransport) get(ctx context.Context, id string) (*sdk.SandboxInfo, error) {
 	info, ok := f.sandboxes[id]
-	if !ok {
+	if !ok || !f.sees(ctx, id) {
 		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
 	c := *info
 	return &c, nil
 }
 
-func (f *fakeTransport) ConnectSandbox(_ context.Context, id string, _ time.Duration) (*sdk.SandboxInfo, error) {
+func (f *fakeTransport) ConnectSandbox(ctx context.Context, id string, _ time.Duration) (*sdk.SandboxInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.get(id)
+	return f.get(ctx, id)
 }
 
-func (f *fakeTransport) GetSandbox(_ context.Context, id string) (*sdk.SandboxInfo, error) {
+func (f *fakeTransport) GetSandbox(ctx context.Context, id string) (*sdk.SandboxInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.get(id)
+	return f.get(ctx, id)
 }
 
-func (f *fakeTransport) ListSandboxes(_ context.Context, q sdk.ListQuery) (*sdk.ListPage, error) {
+func (f *fakeTransport) ListSandboxes(ctx context.Context, q sdk.ListQuery) (*sdk.ListPage, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	page := &sdk.ListPage{}
-	for _, info := range f.sandboxes {
-		keep := true
+	for id, info := range f.sandboxes {
+		keep := f.sees(ctx, id)
 		for k, v := range q.Metadata {
 			if info.Metadata[k] != v {
 				keep = false
@@ -87,28 +111,33 @@ func (f *fakeTransport) ListSandboxes(_ context.Context, q sdk.ListQuery) (*sdk.
 	return page, nil
 }
 
-func (f *fakeTransport) SetTimeout(_ context.Context, id string, timeout time.Duration) error {
+func (f *fakeTransport) SetTimeout(ctx context.Context, id string, timeout time.Duration) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	info, ok := f.sandboxes[id]
-	if !ok {
+	if !ok || !f.sees(ctx, id) {
 		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
 	info.EndAt = time.Now().Add(timeout)
 	return nil
 }
 
-func (f *fakeTransport) KillSandbox(_ context.Context, id string) error {
+func (f *fakeTransport) KillSandbox(ctx context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.sandboxes[id]; !ok {
+	if _, ok := f.sandboxes[id]; !ok || !f.sees(ctx, id) {
 		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
 	delete(f.sandboxes, id)
 	return nil
 }
 
-func (f *fakeTransport) DataPlane(_ context.Context, id string) (*sdk.DataPlane, error) {
+func (f *fakeTransport) DataPlane(ctx context.Context, id string) (*sdk.DataPlane, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.get(ctx, id); err != nil {
+		return nil, err
+	}
 	return &sdk.DataPlane{BaseURL: "http://127.0.0.1:9"}, nil
 }
 
@@ -196,7 +225,7 @@ func (k fakeKeys) Verify(_ context.Context, key string) (*auth.Key, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown key: %w", errdefs.ErrUnauthenticated)
 	}
-	return &auth.Key{ID: id, Name: id}, nil
+	return &auth.Key{ID: id, Name: id, Team: auth.DefaultTeam}, nil
 }
 
 // httpSession connects a go-sdk client over Streamable HTTP to url, with

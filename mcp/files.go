@@ -149,7 +149,7 @@ func fileError(ctx context.Context, op, sandbox, path string, err error) error {
 	return explain(ctx, op, sandbox, err)
 }
 
-func (t *tools) readFile(ctx context.Context, c caller, in readFileIn) (*mcpsdk.CallToolResult, readFileOut, error) {
+func (t *tools) readFile(ctx context.Context, in readFileIn) (*mcpsdk.CallToolResult, readFileOut, error) {
 	var out readFileOut
 	if err := checkPath(in.Path); err != nil {
 		return nil, out, err
@@ -157,7 +157,7 @@ func (t *tools) readFile(ctx context.Context, c caller, in readFileIn) (*mcpsdk.
 	if in.Offset < 0 {
 		return nil, out, errArgument("offset must not be negative")
 	}
-	sb, err := t.sandbox(ctx, c, in.Sandbox)
+	sb, err := t.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return nil, out, err
 	}
@@ -252,7 +252,7 @@ func fileOptions(user string) []sdk.FileOption {
 	return []sdk.FileOption{sdk.WithUser(user)}
 }
 
-func (t *tools) writeFile(ctx context.Context, c caller, in writeFileIn) (*mcpsdk.CallToolResult, writeFileOut, error) {
+func (t *tools) writeFile(ctx context.Context, in writeFileIn) (*mcpsdk.CallToolResult, writeFileOut, error) {
 	var out writeFileOut
 	if err := checkPath(in.Path); err != nil {
 		return nil, out, err
@@ -269,7 +269,7 @@ func (t *tools) writeFile(ctx context.Context, c caller, in writeFileIn) (*mcpsd
 	default:
 		return nil, out, errArgument("encoding %q: use utf-8 or base64", in.Encoding)
 	}
-	sb, err := t.sandbox(ctx, c, in.Sandbox)
+	sb, err := t.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return nil, out, err
 	}
@@ -284,7 +284,7 @@ func (t *tools) writeFile(ctx context.Context, c caller, in writeFileIn) (*mcpsd
 	return textResult(fmt.Sprintf("wrote %d bytes to %s", len(data), out.Path)), out, nil
 }
 
-func (t *tools) listFiles(ctx context.Context, c caller, in listFilesIn) (*mcpsdk.CallToolResult, listFilesOut, error) {
+func (t *tools) listFiles(ctx context.Context, in listFilesIn) (*mcpsdk.CallToolResult, listFilesOut, error) {
 	out := listFilesOut{Entries: []fileEntry{}}
 	if in.Depth < 0 {
 		return nil, out, errArgument("depth must not be negative")
@@ -293,7 +293,7 @@ func (t *tools) listFiles(ctx context.Context, c caller, in listFilesIn) (*mcpsd
 	if strings.TrimSpace(path) == "" {
 		path = "~"
 	}
-	sb, err := t.sandbox(ctx, c, in.Sandbox)
+	sb, err := t.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return nil, out, err
 	}
@@ -337,12 +337,12 @@ func (t *tools) listFiles(ctx context.Context, c caller, in listFilesIn) (*mcpsd
 	return textResult(strings.TrimSuffix(b.String(), "\n")), out, nil
 }
 
-func (t *tools) makeDir(ctx context.Context, c caller, in pathIn) (*mcpsdk.CallToolResult, makeDirOut, error) {
+func (t *tools) makeDir(ctx context.Context, in pathIn) (*mcpsdk.CallToolResult, makeDirOut, error) {
 	var out makeDirOut
 	if err := checkPath(in.Path); err != nil {
 		return nil, out, err
 	}
-	sb, err := t.sandbox(ctx, c, in.Sandbox)
+	sb, err := t.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return nil, out, err
 	}
@@ -357,12 +357,12 @@ func (t *tools) makeDir(ctx context.Context, c caller, in pathIn) (*mcpsdk.CallT
 	return textResult("made directory " + in.Path), out, nil
 }
 
-func (t *tools) removePath(ctx context.Context, c caller, in pathIn) (*mcpsdk.CallToolResult, removePathOut, error) {
+func (t *tools) removePath(ctx context.Context, in pathIn) (*mcpsdk.CallToolResult, removePathOut, error) {
 	var out removePathOut
 	if err := checkPath(in.Path); err != nil {
 		return nil, out, err
 	}
-	sb, err := t.sandbox(ctx, c, in.Sandbox)
+	sb, err := t.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return nil, out, err
 	}

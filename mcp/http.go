@@ -36,14 +36,15 @@ var _ KeyVerifier = (*auth.Store)(nil)
 // Handler serves the MCP server of cfg over Streamable HTTP (mount it at
 // /mcp). Every request needs an API key, as X-API-KEY or as
 // "Authorization: Bearer KEY"; a session stays bound to the key that
-// opened it. Unless cfg.Owner is set, each key is its own owner (KeyOwner):
-// it sees and touches only the sandboxes it made over MCP.
+// opened it. cfg.Scope, which is required, confines each call to what
+// its key (see CallerKey) may see and touch.
 func Handler(cfg Config, keys KeyVerifier) (http.Handler, error) {
 	if keys == nil {
 		return nil, fmt.Errorf("mcp: a KeyVerifier is required: %w", errdefs.ErrInvalidArgument)
 	}
-	if cfg.Owner == nil {
-		cfg.Owner = KeyOwner
+	if cfg.Scope == nil {
+		// Unscoped, every key would see every sandbox.
+		return nil, fmt.Errorf("mcp: Handler needs a Scope that confines each API key: %w", errdefs.ErrInvalidArgument)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -66,8 +67,8 @@ func Handler(cfg Config, keys KeyVerifier) (http.Handler, error) {
 			return nil, err
 		}
 		// UserID binds the session to the key: another key presenting
-		// its session id is refused.
-		return &mcpauth.TokenInfo{UserID: k.ID}, nil
+		// its session id is refused. The team rides along for Scope.
+		return &mcpauth.TokenInfo{UserID: k.ID, Extra: map[string]any{teamExtra: k.Team}}, nil
 	}
 	bearer := mcpauth.RequireBearerToken(verify, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true})
 	return apiKeyAsBearer(bearer(streams)), nil

@@ -29,7 +29,7 @@ type createSandboxIn struct {
 	Image          string            `json:"image,omitempty" jsonschema:"Image reference to start from instead of a template"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"Environment variables of every command in the sandbox"`
 	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"Idle timeout: the sandbox is killed after this many seconds without a tool call on it (default 600)"`
-	Metadata       map[string]string `json:"metadata,omitempty" jsonschema:"Labels to find the sandbox by with list_sandboxes; keys starting with tupper.mcp. are reserved"`
+	Metadata       map[string]string `json:"metadata,omitempty" jsonschema:"Labels to find the sandbox by with list_sandboxes; keys starting with tupper. are reserved"`
 	CPUs           float64           `json:"cpus,omitempty" jsonschema:"CPU cores (default 1)"`
 	MemoryMB       int               `json:"memory_mb,omitempty" jsonschema:"Memory limit in MB (default 1024)"`
 	DiskMB         int               `json:"disk_mb,omitempty" jsonschema:"Disk size in MB: what the sandbox may write, /tmp included (default: the server's, 10240)"`
@@ -91,7 +91,7 @@ func (t *tools) registerSandboxes(s *mcpsdk.Server) {
 	}, nil, t.killSandbox)
 }
 
-func (t *tools) createSandbox(ctx context.Context, c caller, in createSandboxIn) (*mcpsdk.CallToolResult, createSandboxOut, error) {
+func (t *tools) createSandbox(ctx context.Context, in createSandboxIn) (*mcpsdk.CallToolResult, createSandboxOut, error) {
 	var out createSandboxOut
 	if in.Template != "" && in.Image != "" {
 		return nil, out, errArgument("name a template or an image, not both")
@@ -101,8 +101,8 @@ func (t *tools) createSandbox(ctx context.Context, c caller, in createSandboxIn)
 	}
 	md := map[string]string{}
 	for k, v := range in.Metadata {
-		if strings.HasPrefix(k, MetadataPrefix) {
-			return nil, out, errArgument("metadata key %q: keys starting with %q are reserved", k, MetadataPrefix)
+		if strings.HasPrefix(k, ReservedMetadataPrefix) || k == MetadataIdleTimeout {
+			return nil, out, errArgument("metadata key %q: keys starting with %q, and %q, are reserved for Tupper: choose another key", k, ReservedMetadataPrefix, MetadataIdleTimeout)
 		}
 		md[k] = v
 	}
@@ -111,7 +111,6 @@ func (t *tools) createSandbox(ctx context.Context, c caller, in createSandboxIn)
 	if in.TimeoutSeconds > 0 {
 		idle = time.Duration(in.TimeoutSeconds) * time.Second
 	}
-	md[MetadataOwner] = c.owner
 	md[MetadataIdleTimeout] = strconv.Itoa(int(idle / time.Second))
 	opts := sdk.CreateOptions{
 		Template: in.Template, Image: in.Image, Timeout: idle, Metadata: md, Envs: in.Env,
@@ -123,6 +122,9 @@ func (t *tools) createSandbox(ctx context.Context, c caller, in createSandboxIn)
 	}
 	sb, err := t.client.Create(ctx, opts)
 	if err != nil {
+		if sdk.IsResourceExhausted(err) && ctx.Err() == nil {
+			return nil, out, fmt.Errorf("create sandbox: %w: Tupper is at capacity (creates under way, or live sandboxes): wait a few seconds and retry, or kill_sandbox those you no longer need", err)
+		}
 		return nil, out, explain(ctx, "create sandbox", "", err)
 	}
 	info := sb.Info()
@@ -144,25 +146,20 @@ func (t *tools) createSandbox(ctx context.Context, c caller, in createSandboxIn)
 	return textResult(text), out, nil
 }
 
-func (t *tools) listSandboxes(ctx context.Context, c caller, in listSandboxesIn) (*mcpsdk.CallToolResult, listSandboxesOut, error) {
+func (t *tools) listSandboxes(ctx context.Context, in listSandboxesIn) (*mcpsdk.CallToolResult, listSandboxesOut, error) {
 	out := listSandboxesOut{Sandboxes: []sandboxOut{}}
-	filter := maps.Clone(in.Metadata)
-	if c.scoped {
-		if filter == nil {
-			filter = map[string]string{}
+	for k := range in.Metadata {
+		if strings.HasPrefix(k, ReservedMetadataPrefix) {
+			return nil, out, errArgument("metadata key %q: keys starting with %q are reserved for Tupper and never match", k, ReservedMetadataPrefix)
 		}
-		filter[MetadataOwner] = c.owner
 	}
-	opts := sdk.ListOptions{Metadata: filter, States: []string{"running", "paused"}}
+	opts := sdk.ListOptions{Metadata: in.Metadata, States: []string{"running", "paused"}}
 	for {
 		page, next, err := t.client.List(ctx, opts)
 		if err != nil {
 			return nil, out, explain(ctx, "list sandboxes", "", err)
 		}
 		for i := range page {
-			if !c.owns(&page[i]) {
-				continue
-			}
 			if len(out.Sandboxes) == maxListed {
 				out.Truncated = true
 				break
@@ -191,9 +188,9 @@ func (t *tools) listSandboxes(ctx context.Context, c caller, in listSandboxesIn)
 	return textResult(b.String()), out, nil
 }
 
-func (t *tools) killSandbox(ctx context.Context, c caller, in sandboxIn) (*mcpsdk.CallToolResult, killSandboxOut, error) {
+func (t *tools) killSandbox(ctx context.Context, in sandboxIn) (*mcpsdk.CallToolResult, killSandboxOut, error) {
 	var out killSandboxOut
-	info, err := t.info(ctx, c, in.Sandbox)
+	info, err := t.info(ctx, in.Sandbox)
 	if err != nil {
 		return nil, out, err
 	}
@@ -208,8 +205,9 @@ func (t *tools) killSandbox(ctx context.Context, c caller, in sandboxIn) (*mcpsd
 	return textResult("killed sandbox " + info.SandboxID), out, nil
 }
 
-// info returns sandbox id when the caller may use it.
-func (t *tools) info(ctx context.Context, c caller, id string) (*sdk.SandboxInfo, error) {
+// info returns sandbox id when the caller may use it: what the caller may
+// not see answers not found from Tupper itself.
+func (t *tools) info(ctx context.Context, id string) (*sdk.SandboxInfo, error) {
 	id = strings.TrimSpace(id)
 	if id == "" {
 		return nil, errArgument("sandbox is empty: pass an id from create_sandbox or list_sandboxes")
@@ -221,16 +219,13 @@ func (t *tools) info(ctx context.Context, c caller, id string) (*sdk.SandboxInfo
 		}
 		return nil, explain(ctx, "look up sandbox", id, err)
 	}
-	if !c.owns(info) {
-		return nil, errSandboxNotFound(id)
-	}
 	return info, nil
 }
 
 // sandbox connects to sandbox id when the caller may use it, and pushes
 // its idle timeout back.
-func (t *tools) sandbox(ctx context.Context, c caller, id string) (*sdk.Sandbox, error) {
-	info, err := t.info(ctx, c, id)
+func (t *tools) sandbox(ctx context.Context, id string) (*sdk.Sandbox, error) {
+	info, err := t.info(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -267,6 +262,9 @@ func sandboxView(info *sdk.SandboxInfo) sandboxOut {
 		StartedAt: formatTime(info.StartedAt), ExpiresAt: formatTime(info.EndAt),
 		Metadata: maps.Clone(info.Metadata),
 	}
+	// Records made before owners moved out of metadata may still carry
+	// Tupper's own keys: they are nobody's business.
+	maps.DeleteFunc(out.Metadata, func(k, _ string) bool { return strings.HasPrefix(k, ReservedMetadataPrefix) })
 	if out.Template == "" {
 		out.Template = info.Alias
 	}
@@ -288,7 +286,7 @@ func renderSandbox(s sandboxOut) string {
 	fmt.Fprintf(&b, "%s  template=%s  state=%s  expires=%s", s.SandboxID, s.Template, s.State, s.ExpiresAt)
 	keys := slices.Sorted(maps.Keys(s.Metadata))
 	for _, k := range keys {
-		if !strings.HasPrefix(k, MetadataPrefix) {
+		if k != MetadataIdleTimeout {
 			fmt.Fprintf(&b, "  %s=%s", k, s.Metadata[k])
 		}
 	}

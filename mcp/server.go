@@ -13,16 +13,18 @@
 // field. Failures come back as tool results with isError set whose text
 // says what to do next; the server itself never fails a call for them.
 //
-// Sandboxes made here are tagged with their owner (MetadataOwner) and live
-// for an idle timeout: each tool call that touches one pushes its end back,
-// so that one an agent abandoned dies on its own. Under Handler, a key sees
-// and touches only the sandboxes its owner made; any other answers not
-// found.
+// Sandboxes made here live for an idle timeout (MetadataIdleTimeout): each
+// tool call that touches one pushes its end back, so that one an agent
+// abandoned dies on its own. Who a call acts for is not the server's
+// business but Tupper's: every call runs on the context Config.Scope
+// returns, and under Handler the daemon scopes it to the session's API key
+// in the engine itself, so that a key sees and touches only the sandboxes
+// it made; any other answers not found. Nothing about owners is kept in a
+// sandbox's metadata, which clients can read and write.
 package mcp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -36,19 +38,17 @@ import (
 	"github.com/lightbearco/tupper/sdk"
 )
 
-// Metadata keys that the server sets on the sandboxes it creates. Callers
-// may not set keys under MetadataPrefix themselves.
-const (
-	MetadataPrefix = "tupper.mcp."
-	// MetadataOwner holds the owner the sandbox was made for: the API
-	// key's id under Handler, LocalOwner over stdio.
-	MetadataOwner = MetadataPrefix + "owner"
-	// MetadataIdleTimeout holds the sandbox's idle timeout in seconds.
-	MetadataIdleTimeout = MetadataPrefix + "idle-timeout"
-)
+// ReservedMetadataPrefix starts the metadata keys that are Tupper's own:
+// no call may set them (the daemon refuses them from every client) and
+// none is shown.
+const ReservedMetadataPrefix = "tupper."
 
-// LocalOwner is the owner recorded when Config.Owner is nil.
-const LocalOwner = "local"
+// MetadataIdleTimeout holds the idle timeout, in seconds, of a sandbox
+// made here. It is an ordinary label, outside the reserved prefix, since
+// `tupper mcp` sets it through the daemon's API as any client could: all
+// it decides is how far a tool call pushes the sandbox's end back, which
+// whoever may see the sandbox may change anyway.
+const MetadataIdleTimeout = "tupper-mcp-idle-timeout"
 
 // Defaults of Config.
 const (
@@ -82,13 +82,13 @@ type Config struct {
 	// content; larger images fail with a note. Zero means
 	// DefaultImageLimit.
 	ImageLimit int
-	// Owner names the owner of a call, for scoping: sandboxes are tagged
-	// with it, and a call sees only its owner's. It receives the context
-	// of the tool call, on which KeyOwner reads the API key of an HTTP
-	// session. Nil means no scoping: every sandbox is visible, and new
-	// ones are tagged LocalOwner. An Owner that returns "" refuses the
-	// call.
-	Owner func(ctx context.Context) string
+	// Scope returns the context a tool call's requests to Client run on,
+	// from the context of the call, on which CallerKey reads the API key
+	// of an HTTP session: the daemon puts the key's scope there, which its
+	// engine enforces. An error refuses the call. Nil runs calls on their
+	// own context: the Client's credentials decide what they may see.
+	// Handler requires it.
+	Scope func(ctx context.Context) (context.Context, error)
 	// Tags are added to the metadata of every sandbox the server creates,
 	// for example to find and kill them when the server stops.
 	Tags map[string]string
@@ -108,8 +108,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("mcp: timeouts and limits must not be negative: %w", errdefs.ErrInvalidArgument)
 	}
 	for k := range c.Tags {
-		if strings.HasPrefix(k, MetadataPrefix) {
-			return fmt.Errorf("mcp: tag %q: keys under %q are the server's own: %w", k, MetadataPrefix, errdefs.ErrInvalidArgument)
+		if strings.HasPrefix(k, ReservedMetadataPrefix) || k == MetadataIdleTimeout {
+			return fmt.Errorf("mcp: tag %q: keys under %q and %q are Tupper's own: %w", k, ReservedMetadataPrefix, MetadataIdleTimeout, errdefs.ErrInvalidArgument)
 		}
 	}
 	if c.DefaultTimeout == 0 {
@@ -180,34 +180,27 @@ type tools struct {
 	bg     *backgroundSet
 }
 
-// caller is who a tool call acts for.
-type caller struct {
-	// owner tags the sandboxes the call creates.
-	owner string
-	// scoped restricts the call to the sandboxes tagged with owner.
-	scoped bool
-}
+// handler is a tool handler, called on the context of the call as
+// Config.Scope made it.
+type handler[In, Out any] func(ctx context.Context, in In) (*mcpsdk.CallToolResult, Out, error)
 
-// owns reports whether the caller may see and touch a sandbox.
-func (c caller) owns(info *sdk.SandboxInfo) bool {
-	return !c.scoped || info.Metadata[MetadataOwner] == c.owner
-}
-
-// handler is a tool handler with its caller resolved.
-type handler[In, Out any] func(ctx context.Context, c caller, in In) (*mcpsdk.CallToolResult, Out, error)
-
-// tokenKey carries the caller's token info on the context Owner receives.
+// tokenKey carries the caller's token info on the context Scope receives.
 type tokenKey struct{}
 
-// KeyOwner returns the id of the API key that authenticated the HTTP
-// request of a tool call, or "" when there is none. It is the Owner that
-// Handler uses by default.
-func KeyOwner(ctx context.Context) string {
+// teamExtra is the TokenInfo.Extra entry in which Handler passes the team
+// of the session's API key.
+const teamExtra = "team"
+
+// CallerKey returns the id and the team of the API key that authenticated
+// the HTTP session of a tool call, and false when the call came in
+// another way (stdio).
+func CallerKey(ctx context.Context) (id, team string, ok bool) {
 	ti, _ := ctx.Value(tokenKey{}).(*mcpauth.TokenInfo)
-	if ti == nil {
-		return ""
+	if ti == nil || ti.UserID == "" {
+		return "", "", false
 	}
-	return ti.UserID
+	team, _ = ti.Extra[teamExtra].(string)
+	return ti.UserID, team, true
 }
 
 // addTool registers a typed tool whose schemas are derived from In and
@@ -220,16 +213,17 @@ func addTool[In, Out any](s *mcpsdk.Server, t *tools, tool *mcpsdk.Tool, enums m
 		if req.Extra != nil && req.Extra.TokenInfo != nil {
 			ctx = context.WithValue(ctx, tokenKey{}, req.Extra.TokenInfo)
 		}
-		c := caller{owner: LocalOwner}
-		if t.cfg.Owner != nil {
-			c = caller{owner: t.cfg.Owner(ctx), scoped: true}
-			if c.owner == "" {
-				return nil, zero, errors.New("this session has no owner: connect with an API key (X-API-KEY or Authorization: Bearer)")
+		key, _, _ := CallerKey(ctx)
+		if t.cfg.Scope != nil {
+			scoped, err := t.cfg.Scope(ctx)
+			if err != nil {
+				return nil, zero, err
 			}
+			ctx = scoped
 		}
 		start := time.Now()
-		res, out, err := h(ctx, c, in)
-		log := t.log.With("op", tool.Name, "owner", c.owner, "took", time.Since(start).Round(time.Millisecond))
+		res, out, err := h(ctx, in)
+		log := t.log.With("op", tool.Name, "key", key, "took", time.Since(start).Round(time.Millisecond))
 		if err != nil {
 			log.Info("tool call failed", "err", err)
 			return nil, zero, err

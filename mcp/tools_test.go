@@ -126,6 +126,9 @@ func TestErrors(t *testing.T) {
 		{"bad base64", "write_file", map[string]any{"sandbox": "x", "path": "/a", "content": "!!", "encoding": "base64"}, []string{"base64"}},
 		{"bad pid", "command_output", map[string]any{"sandbox": "x", "pid": 0}, []string{"pid 0"}},
 		{"reserved metadata", "create_sandbox", map[string]any{"metadata": map[string]any{"tupper.mcp.owner": "x"}}, []string{"reserved"}},
+		{"reserved metadata of any kind", "create_sandbox", map[string]any{"metadata": map[string]any{"tupper.team": "x"}}, []string{"reserved"}},
+		{"idle timeout label", "create_sandbox", map[string]any{"metadata": map[string]any{mcp.MetadataIdleTimeout: "1"}}, []string{"reserved"}},
+		{"reserved metadata filter", "list_sandboxes", map[string]any{"metadata": map[string]any{"tupper.mcp.owner": "x"}}, []string{"reserved"}},
 		{"template and image", "create_sandbox", map[string]any{"template": "a", "image": "b"}, []string{"not both"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,8 +143,9 @@ func TestErrors(t *testing.T) {
 	})
 }
 
-// TestCreateTagsAndTimeout checks what a create asks of Tupper: the owner
-// and idle timeout tags, the default timeout, the recorded network policy.
+// TestCreateTagsAndTimeout checks what a create asks of Tupper: the idle
+// timeout tag and no owner in the metadata, the default timeout, the
+// recorded network policy.
 func TestCreateTagsAndTimeout(t *testing.T) {
 	ft, cs := newFakeServer(t, mcp.Config{Tags: map[string]string{"session": "s1"}})
 	var out struct {
@@ -160,7 +164,7 @@ func TestCreateTagsAndTimeout(t *testing.T) {
 		t.Fatalf("sandbox %q was not created", out.Sandbox.SandboxID)
 	}
 	want := map[string]string{
-		"project": "p", "session": "s1", mcp.MetadataOwner: mcp.LocalOwner, mcp.MetadataIdleTimeout: "600",
+		"project": "p", "session": "s1", mcp.MetadataIdleTimeout: "600",
 	}
 	if diff := cmp.Diff(want, info.Metadata); diff != "" {
 		t.Errorf("metadata (-want +got):\n%s", diff)
@@ -191,11 +195,15 @@ func TestCreateTagsAndTimeout(t *testing.T) {
 }
 
 // TestHTTPScoping checks the Streamable HTTP handler: API keys in either
-// header, refusal without one, and that a key sees and touches only its
-// own sandboxes and sessions.
+// header, refusal without one, that every call runs in its key's scope (a
+// key sees and touches only its own sandboxes and sessions), and that the
+// handler refuses to run unscoped.
 func TestHTTPScoping(t *testing.T) {
 	ft := newFakeTransport()
-	h, err := mcp.Handler(mcp.Config{Client: &sdk.Client{Transport: ft}}, fakeKeys{"e2b_a": "key-a", "e2b_b": "key-b"})
+	if _, err := mcp.Handler(mcp.Config{Client: &sdk.Client{Transport: ft}}, fakeKeys{}); err == nil {
+		t.Error("Handler without a Scope: no error")
+	}
+	h, err := mcp.Handler(mcp.Config{Client: &sdk.Client{Transport: ft}, Scope: fakeScope}, fakeKeys{"e2b_a": "key-a", "e2b_b": "key-b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,8 +254,13 @@ func TestHTTPScoping(t *testing.T) {
 	}
 	callOK(t, a, "create_sandbox", nil, &created)
 	id := created.Sandbox.SandboxID
-	if got := ft.sandboxes[id].Metadata[mcp.MetadataOwner]; got != "key-a" {
-		t.Errorf("owner tag %q, want key-a", got)
+	if got := ft.owners[id]; got != "key-a" {
+		t.Errorf("made under scope %q, want key-a", got)
+	}
+	for k := range ft.sandboxes[id].Metadata {
+		if strings.HasPrefix(k, "tupper.") {
+			t.Errorf("the sandbox's metadata carry %q: owners are not kept where clients read and write", k)
+		}
 	}
 	// A sandbox made outside MCP belongs to nobody's key.
 	if _, err := ft.CreateSandbox(context.Background(), sdk.CreateRequest{}); err != nil {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
 )
 
@@ -49,7 +50,10 @@ func (s *Server) controlPlane() http.Handler {
 	return s.requireAPIKey(mux)
 }
 
-// requireAPIKey lets through requests with a valid X-API-KEY.
+// requireAPIKey lets through requests with a valid X-API-KEY, scoped to
+// the key's team: every engine call of the request then sees and touches
+// only that team's sandboxes, and any other answers 404, as an unknown id
+// does.
 func (s *Server) requireAPIKey(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get(headerAPIKey)
@@ -57,7 +61,8 @@ func (s *Server) requireAPIKey(next http.Handler) http.Handler {
 			writeStatus(w, http.StatusUnauthorized, "missing X-API-KEY header: pass one of the keys of `tupper keys`")
 			return
 		}
-		if _, err := s.keys.Verify(r.Context(), key); err != nil {
+		k, err := s.keys.Verify(r.Context(), key)
+		if err != nil {
 			if errdefs.IsNotFound(err) || statusOf(err) == http.StatusUnauthorized {
 				writeStatus(w, http.StatusUnauthorized, "invalid API key")
 				return
@@ -65,6 +70,6 @@ func (s *Server) requireAPIKey(next http.Handler) http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(engine.WithScope(r.Context(), engine.Scope{Team: k.Team, Key: k.ID})))
 	})
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lightbearco/tupper/errdefs"
 )
@@ -51,6 +54,9 @@ func statusOf(err error) int {
 	}
 }
 
+// defaultRetryAfter is the Retry-After of a 429 whose error names none.
+const defaultRetryAfter = 5 * time.Second
+
 // writeError answers a control-plane request with err's status and body.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status := statusOf(err)
@@ -58,6 +64,18 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	} else {
 		s.log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+	}
+	if status == http.StatusTooManyRequests {
+		// Every 429 says when to come back, in whole seconds and at least
+		// one: the E2B SDKs wait that long and retry, and read a 429
+		// without it as a RateLimitError at once. A limit that says
+		// nothing (the host's process budget, the address pool) frees up
+		// as sandboxes end.
+		after, ok := errdefs.RetryAfter(err)
+		if !ok {
+			after = defaultRetryAfter
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(after.Seconds())))))
 	}
 	writeStatus(w, status, err.Error())
 }

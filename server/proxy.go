@@ -208,6 +208,9 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		}
 	}
 	sb, err := s.lookup(r.Context(), id)
+	if err == nil && s.foreignKey(r, sb) {
+		err = errUnknownSandbox(id)
+	}
 	if err != nil {
 		s.sandboxGone(w, r, id, err)
 		return
@@ -304,7 +307,12 @@ func (s *Server) serveSigned(w http.ResponseWriter, r *http.Request) {
 		writeDataError(w, r, http.StatusUnauthorized, errExpired(sf).Error())
 		return
 	}
-	if _, err := s.lookup(r.Context(), id); err != nil {
+	sb, err := s.lookup(r.Context(), id)
+	if err == nil && s.foreignKey(r, sb) {
+		s.sandboxGone(w, r, id, errUnknownSandbox(id))
+		return
+	}
+	if err != nil {
 		s.signed.remove(id)
 		s.sandboxGone(w, r, id, err)
 		return

@@ -34,10 +34,26 @@ const (
 	StateKilled   = "killed"
 )
 
+// DefaultTeam owns the sandboxes created with no team named, and every
+// sandbox recorded before sandboxes had owners.
+const DefaultTeam = "default"
+
+// ReservedMetadataPrefix starts the metadata keys that are Tupper's own:
+// no create may set them and no listing filter on them. Nothing of
+// Tupper's is kept there any more (owners are fields of the record);
+// Open removes what older versions kept.
+const ReservedMetadataPrefix = "tupper."
+
 // Sandbox is one sandbox's record.
 type Sandbox struct {
-	ID          string            `json:"id"`
-	Backend     string            `json:"backend"`
+	ID      string `json:"id"`
+	Backend string `json:"backend"`
+	// Team owns the sandbox: the team of the API key that created it.
+	// Only calls scoped to that team see it (see engine.Scope).
+	Team string `json:"team"`
+	// Creator is the id of the API key that created the sandbox, empty
+	// when no key did (an embedded engine).
+	Creator     string            `json:"creator,omitempty"`
 	TemplateID  string            `json:"templateID"`
 	ImageRef    string            `json:"imageRef"`
 	ImageID     string            `json:"imageID"`
@@ -64,7 +80,11 @@ type Sandbox struct {
 
 // Store is the engine's database.
 type Store struct {
-	db *sql.DB
+	// db writes, on one connection; read reads, on several, which WAL
+	// lets run beside a write: a listing never waits behind the synced
+	// writes of a burst of creates.
+	db   *sql.DB
+	read *sql.DB
 }
 
 const schema = `
@@ -77,6 +97,99 @@ CREATE TABLE IF NOT EXISTS sandboxes (
 CREATE INDEX IF NOT EXISTS sandboxes_by_start ON sandboxes(started_ns, id);
 CREATE INDEX IF NOT EXISTS sandboxes_by_state ON sandboxes(state, started_ns, id);
 `
+
+// migrations[i] takes the database from user_version i to i+1; each runs
+// in one transaction.
+var migrations = []func(ctx context.Context, tx *sql.Tx) error{
+	migrateOwners,
+}
+
+// migrateOwners gives sandboxes owners: a team (the default one for every
+// sandbox so far) and a creator. Older versions kept the MCP server's
+// owner, an API key's id, in the metadata key "tupper.mcp.owner", where
+// clients could read and write it: it becomes the creator, and Tupper's
+// keys leave the metadata.
+func migrateOwners(ctx context.Context, tx *sql.Tx) error {
+	for _, q := range []string{
+		`ALTER TABLE sandboxes ADD COLUMN team TEXT NOT NULL DEFAULT '` + DefaultTeam + `'`,
+		`ALTER TABLE sandboxes ADD COLUMN creator TEXT NOT NULL DEFAULT ''`,
+		`CREATE INDEX IF NOT EXISTS sandboxes_by_team ON sandboxes(team, state, started_ns, id)`,
+	} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT data FROM sandboxes WHERE data LIKE '%"tupper.%'`)
+	if err != nil {
+		return err
+	}
+	var recs []*Sandbox
+	for rows.Next() {
+		var data string
+		if err := rows.Scan(&data); err != nil {
+			rows.Close()
+			return err
+		}
+		sb, err := decode(data)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		recs = append(recs, sb)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, sb := range recs {
+		if owner := sb.Metadata["tupper.mcp.owner"]; strings.HasPrefix(owner, "key_") {
+			sb.Creator = owner
+		}
+		maps.DeleteFunc(sb.Metadata, func(k, _ string) bool { return strings.HasPrefix(k, ReservedMetadataPrefix) })
+		sb.Team = DefaultTeam
+		data, err := json.Marshal(sb)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET data = ?, creator = ? WHERE id = ?`, string(data), sb.Creator, sb.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// migrate brings the schema up to date under SQLite's write lock, so that
+// two processes opening the database at once migrate it once.
+func migrate(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	// A write first takes the lock before the version is read.
+	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET id = id WHERE 0`); err != nil {
+		return err
+	}
+	var version int
+	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return err
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("schema version %d is newer than this tupper knows (%d): upgrade tupper", version, len(migrations))
+	}
+	if version == len(migrations) {
+		return nil
+	}
+	for i := version; i < len(migrations); i++ {
+		if err := migrations[i](ctx, tx); err != nil {
+			return fmt.Errorf("migrate to version %d: %w", i+1, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, len(migrations))); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
 
 // Open opens (creating when missing) the database at path.
 func Open(path string) (*Store, error) {
@@ -97,11 +210,21 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store %s: create schema: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	if err := migrate(context.Background(), db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store %s: %w", path, err)
+	}
+	read, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=query_only(1)")
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store %s: %w", path, err)
+	}
+	read.SetMaxOpenConns(4)
+	return &Store{db: db, read: read}, nil
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error { return errors.Join(s.read.Close(), s.db.Close()) }
 
 // Put inserts or replaces a sandbox record.
 func (s *Store) Put(ctx context.Context, sb *Sandbox) error {
@@ -109,10 +232,15 @@ func (s *Store) Put(ctx context.Context, sb *Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("sandbox %q: encode record: %w", sb.ID, err)
 	}
+	team := sb.Team
+	if team == "" {
+		team = DefaultTeam
+	}
 	_, err = s.db.ExecContext(ctx,
-		`INSERT INTO sandboxes(id, state, started_ns, data) VALUES(?, ?, ?, ?)
-		 ON CONFLICT(id) DO UPDATE SET state=excluded.state, started_ns=excluded.started_ns, data=excluded.data`,
-		sb.ID, sb.State, sb.StartedAt.UnixNano(), string(data))
+		`INSERT INTO sandboxes(id, state, started_ns, team, creator, data) VALUES(?, ?, ?, ?, ?, ?)
+		 ON CONFLICT(id) DO UPDATE SET state=excluded.state, started_ns=excluded.started_ns,
+		 team=excluded.team, creator=excluded.creator, data=excluded.data`,
+		sb.ID, sb.State, sb.StartedAt.UnixNano(), team, sb.Creator, string(data))
 	if err != nil {
 		return fmt.Errorf("sandbox %q: save record: %w", sb.ID, err)
 	}
@@ -122,7 +250,7 @@ func (s *Store) Put(ctx context.Context, sb *Sandbox) error {
 // Get returns the record of id, or an error wrapping errdefs.ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (*Sandbox, error) {
 	var data string
-	err := s.db.QueryRowContext(ctx, `SELECT data FROM sandboxes WHERE id = ?`, id).Scan(&data)
+	err := s.read.QueryRowContext(ctx, `SELECT data FROM sandboxes WHERE id = ?`, id).Scan(&data)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
@@ -153,6 +281,11 @@ func (s *Store) DeleteKilledStartedBefore(ctx context.Context, t time.Time) (int
 
 // Query selects sandboxes for a listing.
 type Query struct {
+	// Team keeps the records of this team; empty means every team.
+	Team string
+	// Creator keeps the records of sandboxes this API key created;
+	// empty means any creator.
+	Creator string
 	// States keeps records in these states; empty means every state.
 	States []string
 	// Metadata keeps records whose metadata hold all these pairs.
@@ -180,7 +313,15 @@ func (s *Store) List(ctx context.Context, q Query) ([]*Sandbox, string, error) {
 			args = append(args, st)
 		}
 	}
-	rows, err := s.db.QueryContext(ctx, query+` ORDER BY started_ns, id`, args...)
+	if q.Team != "" {
+		query += ` AND team = ?`
+		args = append(args, q.Team)
+	}
+	if q.Creator != "" {
+		query += ` AND creator = ?`
+		args = append(args, q.Creator)
+	}
+	rows, err := s.read.QueryContext(ctx, query+` ORDER BY started_ns, id`, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list sandboxes: %w", err)
 	}
@@ -232,6 +373,11 @@ func decode(data string) (*Sandbox, error) {
 	var sb Sandbox
 	if err := json.Unmarshal([]byte(data), &sb); err != nil {
 		return nil, fmt.Errorf("decode sandbox record: %w", err)
+	}
+	if sb.Team == "" {
+		// Written before sandboxes had owners (migrateOwners leaves the
+		// records that need no other change as they were).
+		sb.Team = DefaultTeam
 	}
 	return &sb, nil
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,7 +32,7 @@ func TestPutGetSurvivesReopen(t *testing.T) {
 	s, path := openTemp(t)
 	start := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	want := &Sandbox{
-		ID: "abc", Backend: "gvisor", TemplateID: "base", State: StateRunning,
+		ID: "abc", Backend: "gvisor", Team: "red", Creator: "key_1", TemplateID: "base", State: StateRunning,
 		Metadata: map[string]string{"owner": "me"}, Env: map[string]string{"A": "1"},
 		CPUs: 1, MemoryMB: 512, AgentAddr: "10.213.0.2:49983", AccessToken: "tok",
 		StartedAt: start, EndAt: start.Add(time.Minute),
@@ -176,5 +177,102 @@ func TestCloneIsDeep(t *testing.T) {
 	c.Metadata["k"], c.Env["E"], c.Network.AllowOut[0], *c.AllowInternetAccess = "x", "x", "x", false
 	if after, _ := json.Marshal(sb); string(after) != string(before) {
 		t.Errorf("changing the clone changed the original: %s, was %s", after, before)
+	}
+}
+
+func TestListByOwner(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t)
+	start := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	for i, o := range []struct{ team, creator string }{{"red", "key_a"}, {"red", "key_b"}, {"blue", "key_c"}, {"", ""}} {
+		sb := &Sandbox{ID: fmt.Sprint("s", i), Team: o.team, Creator: o.creator, State: StateRunning, StartedAt: start.Add(time.Duration(i) * time.Second)}
+		if err := s.Put(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		q    Query
+		want []string
+	}{
+		{name: "every team", q: Query{}, want: []string{"s0", "s1", "s2", "s3"}},
+		{name: "one team", q: Query{Team: "red"}, want: []string{"s0", "s1"}},
+		{name: "one creator", q: Query{Team: "red", Creator: "key_b"}, want: []string{"s1"}},
+		{name: "no team named is the default one", q: Query{Team: DefaultTeam}, want: []string{"s3"}},
+		{name: "another team's creator", q: Query{Team: "blue", Creator: "key_a"}, want: nil},
+		{name: "a page", q: Query{Team: "red", Limit: 1}, want: []string{"s0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			list, _, err := s.List(ctx, tc.q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, sb := range list {
+				ids = append(ids, sb.ID)
+				if sb.Team == "" {
+					t.Errorf("%s has no team", sb.ID)
+				}
+			}
+			if d := cmp.Diff(tc.want, ids); d != "" {
+				t.Errorf("ids (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestMigrateOwners opens a database written before sandboxes had owners:
+// its records belong to the default team, an MCP owner kept in metadata
+// becomes the creator, and no Tupper key is left in the metadata.
+func TestMigrateOwners(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "tupper.db")
+	old, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Exec(schema); err != nil {
+		t.Fatal(err)
+	}
+	for id, md := range map[string]string{
+		"mcp":   `{"project":"p","tupper.mcp.owner":"key_0a1b","tupper.mcp.idle-timeout":"600"}`,
+		"local": `{"tupper.mcp.owner":"local"}`,
+		"rest":  `{"project":"q"}`,
+	} {
+		data := fmt.Sprintf(`{"id":%q,"state":"running","metadata":%s,"startedAt":"2026-11-29T10:00:00Z"}`, id, md)
+		if _, err := old.Exec(`INSERT INTO sandboxes(id, state, started_ns, data) VALUES(?, 'running', 1, ?)`, id, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old.Close()
+	for range 2 { // the second open finds it migrated
+		s, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]struct {
+			creator string
+			md      map[string]string
+		}{
+			"mcp":   {"key_0a1b", map[string]string{"project": "p"}},
+			"local": {"", nil},
+			"rest":  {"", map[string]string{"project": "q"}},
+		}
+		for id, w := range want {
+			sb, err := s.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sb.Team != DefaultTeam || sb.Creator != w.creator {
+				t.Errorf("%s: team %q, creator %q; want %q, %q", id, sb.Team, sb.Creator, DefaultTeam, w.creator)
+			}
+			if d := cmp.Diff(w.md, sb.Metadata); d != "" {
+				t.Errorf("%s: metadata (-want +got):\n%s", id, d)
+			}
+		}
+		if list, _, err := s.List(ctx, Query{Team: DefaultTeam, Creator: "key_0a1b"}); err != nil || len(list) != 1 || list[0].ID != "mcp" {
+			t.Errorf("List by the migrated creator = %v, %v", list, err)
+		}
+		s.Close()
 	}
 }

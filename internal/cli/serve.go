@@ -33,6 +33,7 @@ type serveOptions struct {
 	// they keep running and the next start re-attaches to them.
 	killOnExit bool
 	net        networkFlags
+	admit      admissionFlags
 	// disk and maxDisk are each sandbox's default and largest disk cap.
 	disk, maxDisk sizeFlag
 }
@@ -66,6 +67,7 @@ The first start creates an API key and prints it once.`,
 	f.Var(&o.disk, "disk", "disk size of each sandbox (its writes, /tmp included) unless its create asks for another, such as 10G (default 10G)")
 	f.Var(&o.maxDisk, "max-disk", "largest disk size a create may ask for (default 100G, or --disk when larger)")
 	o.net.register(f)
+	o.admit.register(f)
 	_ = f.MarkHidden("image-root")
 	_ = f.MarkHidden("default-template")
 	return cmd
@@ -127,13 +129,14 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 		Engine: engine.Config{
 			DefaultTemplate: o.defaultTemplate, DefaultNetwork: defaultPolicy,
 			DefaultDiskMB: o.disk.mb, MaxDiskMB: o.maxDisk.mb,
+			MaxCreating: o.admit.creating, MaxQueued: o.admit.queued, QueueWait: o.admit.queueWait, MaxSandboxes: o.admit.sandboxes,
 		},
 	})
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
-	mcpHandler, err := mcp.Handler(mcp.Config{Client: &sdk.Client{Transport: rt}, Logger: log}, keys)
+	mcpHandler, err := mcp.Handler(mcp.Config{Client: &sdk.Client{Transport: rt}, Logger: log, Scope: mcpKeyScope}, keys)
 	if err != nil {
 		return err
 	}

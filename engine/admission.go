@@ -1,0 +1,173 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lightbearco/tupper/errdefs"
+)
+
+// Admission control: a host boots only so many sandboxes at once before
+// every boot slows down for all of them (each is a runsc process tree, a
+// network namespace, an overlay and a wait for the agent), and holds only
+// so many before memory or process ids run out. The engine therefore lets
+// at most MaxCreating creates boot at once, keeps at most MaxQueued more
+// waiting for a turn, for at most QueueWait, and refuses the rest at once
+// with an errdefs.Busy error: 429 with Retry-After on the wire, which the
+// E2B SDKs turn into a RateLimitError (or wait and retry). Everything else
+// (list, get, kill, the data plane) never waits for admission.
+
+// validateAdmission fills the admission defaults of c and checks them.
+func (c *Config) validateAdmission() error {
+	if c.MaxCreating < 0 || c.MaxQueued < 0 || c.QueueWait < 0 || c.MaxSandboxes < 0 {
+		return fmt.Errorf("engine: MaxCreating, MaxQueued, QueueWait and MaxSandboxes must not be negative: %w", errdefs.ErrInvalidArgument)
+	}
+	if c.MaxCreating == 0 {
+		c.MaxCreating = 2 * runtime.NumCPU()
+	}
+	if c.MaxQueued == 0 {
+		c.MaxQueued = 4 * c.MaxCreating
+	}
+	if c.QueueWait == 0 {
+		c.QueueWait = 20 * time.Second
+	}
+	if c.MaxSandboxes == 0 {
+		c.MaxSandboxes = DefaultMaxSandboxes()
+	}
+	return nil
+}
+
+// DefaultMaxSandboxes is the cap on live sandboxes when Config names none:
+// one per 128 MiB of the host's memory (an idle sandbox's sentry, gofer
+// and agent take about a fifth of that; the rest is what its programs
+// use), and few enough that their host threads stay well within the
+// kernel's pid_max. It is at least 16.
+func DefaultMaxSandboxes() int {
+	byMemory := 1 << 20 // no limit known
+	if kb, ok := memTotalKB(); ok {
+		byMemory = int(kb / (128 << 10))
+	}
+	byPids := 1 << 20
+	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			// Half of the ids for sandboxes, at hostTasksPerSandbox each.
+			byPids = n / 2 / hostTasksPerSandbox
+		}
+	}
+	return max(16, min(byMemory, byPids))
+}
+
+// hostTasksPerSandbox is what an idle gVisor sandbox takes of the host's
+// process ids (its sentry's threads, the gofer's, runsc's): measured at
+// about 40 on the development machines; twice that leaves room for work.
+const hostTasksPerSandbox = 80
+
+// memTotalKB reads MemTotal from /proc/meminfo.
+func memTotalKB() (int64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				n, err := strconv.ParseInt(f[0], 10, 64)
+				return n, err == nil
+			}
+		}
+	}
+	return 0, false
+}
+
+// admission hands out turns to boot. It is safe for concurrent use.
+type admission struct {
+	turns chan struct{} // a token per create booting
+	queue int           // most creates waiting
+	wait  time.Duration // longest wait
+
+	mu      sync.Mutex
+	waiting int
+	// creating counts the creates past admission, for the live cap.
+	creating int
+	// took is a moving average of how long a create's turn lasts, for
+	// telling refused clients when to come back.
+	took time.Duration
+}
+
+func newAdmission(cfg *Config) *admission {
+	return &admission{turns: make(chan struct{}, cfg.MaxCreating), queue: cfg.MaxQueued, wait: cfg.QueueWait, took: time.Second}
+}
+
+// retryAfter guesses when a turn will be free for a client refused now:
+// the turns ahead of it, each as long as a create takes lately.
+func (a *admission) retryAfter() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ahead := time.Duration(a.waiting/cap(a.turns) + 1)
+	return min(max(ahead*a.took, time.Second), 30*time.Second)
+}
+
+// admit waits for a turn to create a sandbox and returns the function that
+// ends it. It refuses at once when MaxQueued creates wait already, and
+// after QueueWait without a turn; a caller that goes away stops waiting.
+// With a turn, a create that would take the engine past MaxSandboxes is
+// refused too.
+func (e *Engine) admit(ctx context.Context) (done func(), err error) {
+	a := e.admission
+	select {
+	case a.turns <- struct{}{}:
+	default:
+		a.mu.Lock()
+		if a.waiting >= a.queue {
+			a.mu.Unlock()
+			after := a.retryAfter()
+			return nil, errdefs.Busy(after, "create: this server is busy: %d creates are under way and %d more waiting, the most it takes: retry in %v",
+				cap(a.turns), a.queue, after.Round(time.Second))
+		}
+		a.waiting++
+		a.mu.Unlock()
+		timer := time.NewTimer(a.wait)
+		select {
+		case a.turns <- struct{}{}:
+			err = nil
+		case <-timer.C:
+			err = errdefs.Busy(a.retryAfter(), "create: this server is busy: no turn to create came within %v: retry later", a.wait)
+		case <-ctx.Done():
+			err = fmt.Errorf("create: gave up waiting for a turn: %w", context.Cause(ctx))
+		}
+		timer.Stop()
+		a.mu.Lock()
+		a.waiting--
+		a.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+	start := time.Now()
+	a.mu.Lock()
+	a.creating++
+	creating := a.creating
+	a.mu.Unlock()
+	end := func() {
+		a.mu.Lock()
+		a.creating--
+		a.took = (3*a.took + time.Since(start)) / 4
+		a.mu.Unlock()
+		<-a.turns
+	}
+	e.mu.Lock()
+	live := len(e.live)
+	e.mu.Unlock()
+	if live+creating > e.cfg.MaxSandboxes {
+		end()
+		return nil, errdefs.Busy(10*time.Second, "create: this server runs %d sandboxes, its limit (tupper serve --max-sandboxes): kill some, or retry when others end", live)
+	}
+	return end, nil
+}
