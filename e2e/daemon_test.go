@@ -34,6 +34,9 @@ type serveDaemon struct {
 	Key string
 	// Root is the daemon's state directory.
 	Root string
+	// otherKeys are the keys of other teams that tests made (addKey):
+	// the cleanup kills their sandboxes too, which Key cannot see.
+	otherKeys []string
 
 	tupper    string
 	addr      string
@@ -250,10 +253,14 @@ func (d *serveDaemon) cleanup(t *testing.T) {
 	}
 	if d.running() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		for _, id := range d.sandboxIDs(ctx, t) {
-			status, body, err := d.api(ctx, http.MethodDelete, "/sandboxes/"+id, nil)
-			if err != nil || (status != http.StatusNoContent && status != http.StatusNotFound) {
-				t.Errorf("cleanup: kill sandbox %s: %d %s %v", id, status, body, err)
+		for _, key := range append([]string{d.Key}, d.otherKeys...) {
+			k := *d
+			k.Key = key
+			for _, id := range k.sandboxIDs(ctx, t) {
+				status, body, err := k.api(ctx, http.MethodDelete, "/sandboxes/"+id, nil)
+				if err != nil || (status != http.StatusNoContent && status != http.StatusNotFound) {
+					t.Errorf("cleanup: kill sandbox %s: %d %s %v", id, status, body, err)
+				}
 			}
 		}
 		cancel()
@@ -269,7 +276,21 @@ func (d *serveDaemon) cleanup(t *testing.T) {
 	}
 }
 
-// sandboxIDs lists the ids of every running or paused sandbox.
+// addKey makes an API key with `tupper keys create` and args (such as
+// --team), and returns it; the cleanup kills its sandboxes too.
+func (d *serveDaemon) addKey(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(d.tupper, append([]string{"--root", d.Root, "keys", "create"}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("tupper keys create %s: %v", strings.Join(args, " "), err)
+	}
+	key := strings.TrimSpace(string(out))
+	d.otherKeys = append(d.otherKeys, key)
+	return key
+}
+
+// sandboxIDs lists the ids of every running or paused sandbox of the key's
+// team.
 func (d *serveDaemon) sandboxIDs(ctx context.Context, t *testing.T) []string {
 	var ids []string
 	next := ""
