@@ -76,10 +76,21 @@ func TestUploadThroughPlantedLinks(t *testing.T) {
 			status, body := do(t, http.MethodPost, filesURL(base, "path", up.path, "username", "nobody"),
 				"application/octet-stream", strings.NewReader("nobody::0:0::/:/bin/sh\n"))
 			checkError(t, status, body, http.StatusForbidden)
+			if !strings.Contains(string(body), `user \"nobody\" may not write `+up.path) {
+				t.Errorf("the error does not say who may not write what: %s", body)
+			}
 			systemUnchanged(t)
 			noTempFiles(t, system)
 		})
 	}
+	t.Run("the error names a link's target", func(t *testing.T) {
+		status, body := do(t, http.MethodPost, filesURL(base, "path", filepath.Join(home, "data.csv"), "username", "nobody"),
+			"application/octet-stream", strings.NewReader("x"))
+		checkError(t, status, body, http.StatusForbidden)
+		if !strings.Contains(string(body), "a link to "+passwd) {
+			t.Errorf("the error does not name the link's target %s: %s", passwd, body)
+		}
+	})
 	t.Run("multipart upload through a link", func(t *testing.T) {
 		body, ct := multipartBody(t, part{"file", filepath.Join(home, "data.csv"), "evil"})
 		status, got := do(t, http.MethodPost, filesURL(base, "username", "nobody"), ct, body)

@@ -68,7 +68,11 @@ func WriteFile(path string, r io.Reader, u *identity.User) (n int64, err error) 
 		return err
 	})
 	if errors.Is(err, errdefs.ErrPermissionDenied) {
-		return 0, fmt.Errorf("user %q may not write %s: %w", u.Name, asked, err)
+		target := ""
+		if path != "" && path != asked {
+			target = ", a link to " + path
+		}
+		return 0, fmt.Errorf("user %q may not write %s%s: %w", u.Name, asked, target, err)
 	}
 	if err != nil {
 		return 0, err
@@ -107,8 +111,8 @@ func WriteFile(path string, r io.Reader, u *identity.User) (n int64, err error) 
 
 // createFor resolves path's final links, creates its missing parents and a
 // temporary file beside it with the mode the finished file is to have, all
-// with the calling thread's credentials. It returns the resolved path and
-// the open temporary file.
+// with the calling thread's credentials. It returns the resolved path (also
+// with most errors, to name it) and the open temporary file.
 func createFor(path string) (string, *os.File, error) {
 	path, err := followLinks(path)
 	if err != nil {
@@ -117,26 +121,26 @@ func createFor(path string) (string, *os.File, error) {
 	mode := fs.FileMode(FileMode)
 	switch st, err := os.Stat(path); {
 	case err == nil && st.IsDir():
-		return "", nil, fmt.Errorf("write %s: path is a directory: %w", path, errdefs.ErrInvalidArgument)
+		return path, nil, fmt.Errorf("write %s: path is a directory: %w", path, errdefs.ErrInvalidArgument)
 	case err == nil:
 		mode = st.Mode().Perm()
 	case !errors.Is(err, fs.ErrNotExist):
-		return "", nil, Classify(err)
+		return path, nil, Classify(err)
 	}
 	dir := filepath.Dir(path)
 	if err := mkdirAll(dir); err != nil {
-		return "", nil, err
+		return path, nil, err
 	}
 	tmp, err := createTemp(dir)
 	if err != nil {
-		return "", nil, Classify(err)
+		return path, nil, Classify(err)
 	}
 	// The mode goes on before the data so the file is never visible under
 	// path with the wrong permission, even for an instant.
 	if err := tmp.Chmod(mode); err != nil {
 		tmp.Close()
 		os.Remove(tmp.Name())
-		return "", nil, Classify(err)
+		return path, nil, Classify(err)
 	}
 	return path, tmp, nil
 }
