@@ -313,6 +313,14 @@ func homeBlock(subnet netip.Prefix, dir string) int {
 	return int(v % uint32(blocks(subnet)))
 }
 
+// HomeLockPath returns the lock file a pool of c takes first when it picks
+// an address: while another process holds it, the pool's Setups wait, and
+// pools of other directories (whose home blocks differ) do not.
+func (c Config) HomeLockPath() string {
+	c = c.withDefaults()
+	return blockLockPath(c.LockPath, homeBlock(c.Subnet, c.Dir))
+}
+
 // blockLockPath returns the lock file of block b under lockPath.
 func blockLockPath(lockPath string, b int) string {
 	return fmt.Sprintf("%s.%d", lockPath, b)
