@@ -68,6 +68,14 @@ func (h *handle) markExited() {
 	}
 }
 
+// exitStatus is how a child ended.
+type exitStatus struct {
+	ws syscall.WaitStatus
+	// outOfMemory says why the sandbox's out-of-memory killer killed the
+	// child (MarkOutOfMemory); empty when it did not.
+	outOfMemory string
+}
+
 // supervise waits for the process to exit and its output to be
 // broadcast, then calls onEnd and publishes the end event.
 func (h *handle) supervise(exit <-chan exitStatus, outputs []*os.File, onEnd func(*handle)) {

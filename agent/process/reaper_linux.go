@@ -48,14 +48,6 @@ type reaper struct {
 	waiters map[int]func(exitStatus) // guarded by mu
 }
 
-// exitStatus is how a child ended.
-type exitStatus struct {
-	ws syscall.WaitStatus
-	// outOfMemory says why the sandbox's out-of-memory killer killed the
-	// child (MarkOutOfMemory); empty when it did not.
-	outOfMemory string
-}
-
 var (
 	reaperOnce sync.Once
 	theReaper  *reaper

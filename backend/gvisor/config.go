@@ -20,11 +20,16 @@
 // bundle directory is the mark of a sandbox this backend owns: Start makes
 // it first and Stop removes it last.
 //
-// Limits: memory and CPU are the cgroup's, set by runsc from the OCI spec
-// on cgroup v1 or v2; a sandbox over its memory limit is OOM-killed whole.
-// Pids is enforced inside the sandbox as RLIMIT_NPROC, so that a fork bomb
-// gets EAGAIN rather than killing the sandbox; the host cgroup's pids limit
-// sits well above it as a backstop (see hostTasksPerTask). Disk is the
+// Limits (docs/design/limits.md): CPU is the cgroup's quota, set by runsc
+// from the OCI spec on cgroup v1 or v2. Memory is held inside: gVisor
+// shows the limit as MemTotal and the agent's out-of-memory killer ends
+// the largest process at it; the host cgroup sits a headroom above, as a
+// backstop that ends the whole sandbox (see hostMemory). Pids is enforced
+// inside, so that a fork bomb gets EAGAIN rather than killing the
+// sandbox; the host cgroup's pids limit sits above it as a backstop (see
+// hostTasksPerTask), and a Start is refused when the host limits of all
+// sandboxes would pass what the host spares (see pidBudget). Open files
+// are RLIMIT_NOFILE, 1024 soft and 65536 hard. Disk is the
 // size of runsc's overlay (see overlayFlag): a write past it fails with
 // ENOSPC inside the sandbox, which lives on.
 //
@@ -106,6 +111,12 @@ type Config struct {
 	DefaultMemoryBytes int64
 	DefaultPids        int64
 	DefaultDiskBytes   int64
+	// HostPids is how many host tasks all the sandboxes under
+	// CgroupParent may hold together; a Start that would pass it fails
+	// with errdefs.ErrResourceExhausted. Zero means all the host spares:
+	// the smaller of kernel.pid_max and kernel.threads-max, less a quarter
+	// (at least 4096) kept for the host. It may not be above that.
+	HostPids int64
 }
 
 var (
@@ -135,7 +146,7 @@ func (c *Config) Validate() error {
 	if c.CgroupParent != "" && (!cgroupPattern.MatchString(c.CgroupParent) || path.Clean(c.CgroupParent) != c.CgroupParent || strings.Contains("/"+c.CgroupParent+"/", "/../")) {
 		errs = append(errs, fmt.Errorf("CgroupParent %q must be a relative cgroup path", c.CgroupParent))
 	}
-	if c.DefaultCPUs < 0 || c.DefaultMemoryBytes < 0 || c.DefaultPids < 0 || c.DefaultDiskBytes < 0 {
+	if c.DefaultCPUs < 0 || c.DefaultMemoryBytes < 0 || c.DefaultPids < 0 || c.DefaultDiskBytes < 0 || c.HostPids < 0 {
 		errs = append(errs, errors.New("default resources must not be negative"))
 	}
 	if c.Network.Dir != "" || filepath.IsAbs(c.Root) {

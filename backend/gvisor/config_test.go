@@ -153,7 +153,11 @@ func TestBuildSpec(t *testing.T) {
 	if got.Process.User.UID != 0 || got.Process.Cwd != "/" || got.Process.Terminal {
 		t.Errorf("process = %+v", got.Process)
 	}
-	if diff := cmp.Diff([]specs.POSIXRlimit{{Type: "RLIMIT_NPROC", Hard: 1024, Soft: 1024}}, got.Process.Rlimits); diff != "" {
+	wantRlimits := []specs.POSIXRlimit{
+		{Type: "RLIMIT_NPROC", Hard: 1024, Soft: 1024},
+		{Type: "RLIMIT_NOFILE", Hard: 65536, Soft: 1024},
+	}
+	if diff := cmp.Diff(wantRlimits, got.Process.Rlimits); diff != "" {
 		t.Errorf("rlimits (-want +got):\n%s", diff)
 	}
 	for _, c := range got.Process.Capabilities.Bounding {
@@ -171,7 +175,7 @@ func TestBuildSpec(t *testing.T) {
 	for _, m := range got.Mounts {
 		mounts[m.Destination] = m
 	}
-	for _, d := range []string{"/proc", "/dev", "/dev/pts", "/dev/shm", "/sys", AgentPath} {
+	for _, d := range []string{"/proc", "/dev", "/dev/pts", "/dev/shm", "/sys", "/sys/fs/cgroup", AgentPath} {
 		if _, ok := mounts[d]; !ok {
 			t.Errorf("no mount at %s", d)
 		}
@@ -182,6 +186,10 @@ func TestBuildSpec(t *testing.T) {
 	if m := mounts["/sys"]; !contains(m.Options, "ro") {
 		t.Errorf("/sys mount = %+v, want read-only", m)
 	}
+	// Shared memory is not freed by killing processes: half the limit.
+	if m := mounts["/dev/shm"]; !contains(m.Options, "size=262144k") {
+		t.Errorf("/dev/shm mount = %+v, want size=262144k, half the memory limit", m)
+	}
 	// /tmp is the root's, in the capped layer (see tmpPlaceholder).
 	if m, ok := mounts["/tmp"]; ok {
 		t.Errorf("/tmp mount = %+v, want none", m)
@@ -191,6 +199,8 @@ func TestBuildSpec(t *testing.T) {
 	if l.CgroupsPath != "/tupper/sb-1" {
 		t.Errorf("cgroupsPath = %q", l.CgroupsPath)
 	}
+	// The spec carries the sandbox's own limit, which runsc shows inside;
+	// the host's goes on the cgroup after runsc create.
 	if *l.Resources.Memory.Limit != 512<<20 || l.Resources.Memory.Swap != nil {
 		t.Errorf("memory = %+v", l.Resources.Memory)
 	}
@@ -208,6 +218,29 @@ func TestBuildSpec(t *testing.T) {
 	}
 	if netns != "/r/net/netns/sb-1" {
 		t.Errorf("network namespace = %q", netns)
+	}
+}
+
+func TestHostLimitFigures(t *testing.T) {
+	tests := []struct {
+		name              string
+		l                 limits
+		wantPids, wantMiB int64
+	}{
+		// pids: 2 host tasks per task and 256; memory: the limit, 64 MiB,
+		// an eighth of the limit and 96 KiB per host task.
+		{"default", limits{MemoryBytes: 1 << 30, Pids: 1024}, 2304, 1024 + 64 + 128 + 216},
+		{"small", limits{MemoryBytes: 256 << 20, Pids: 64}, 384, 256 + 64 + 32 + 36},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.l.hostPids(); got != tt.wantPids {
+				t.Errorf("hostPids = %d, want %d", got, tt.wantPids)
+			}
+			if got := tt.l.hostMemory(); got != tt.wantMiB<<20 {
+				t.Errorf("hostMemory = %d MiB, want %d", got>>20, tt.wantMiB)
+			}
+		})
 	}
 }
 

@@ -63,6 +63,7 @@ type Backend struct {
 	egress    *network.Egress // nil when sandboxes have no egress
 	sandboxes string
 	limitSwap bool
+	pids      *pidBudget
 	locks     idLocks
 }
 
@@ -119,6 +120,13 @@ func New(cfg Config) (*Backend, error) {
 		}
 		cfg.Network.Policy = egress
 	}
+	pids, err := newPidBudget(cfg)
+	if err != nil {
+		if egress != nil {
+			egress.Close()
+		}
+		return nil, err
+	}
 	pool, err := network.New(cfg.Network)
 	if err != nil {
 		if egress != nil {
@@ -154,6 +162,7 @@ func New(cfg Config) (*Backend, error) {
 		egress:    egress,
 		sandboxes: sandboxes,
 		limitSwap: swapLimitable(),
+		pids:      pids,
 	}, nil
 }
 
@@ -229,6 +238,16 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	}
 	step("claim", t)
 
+	// Admission: the host tasks this sandbox may hold must fit beside
+	// every other sandbox's. The reservation bridges the time until
+	// runsc makes the cgroup, which then carries it.
+	lim := resolveLimits(&b.cfg, spec.Resources)
+	release, err := b.pids.reserve(cgPath, lim.hostPids())
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	defer release()
+
 	t = time.Now()
 	ep, err := b.pool.Setup(ctx, id, spec.Network)
 	if err != nil {
@@ -241,7 +260,6 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	})
 	step("network", t)
 
-	lim := resolveLimits(&b.cfg, spec.Resources)
 	oci := buildSpec(specInput{
 		Spec:        b.withNetwork(spec, ep),
 		RootPath:    rootfs,
@@ -283,6 +301,14 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		return nil, fmt.Errorf("sandbox %q: runsc create: %w: %s", id, err, tail(filepath.Join(dir, consoleFile), 2048))
 	}
 	step("create", t)
+	// runsc has shown the sandbox its memory limit; the host's sits a
+	// headroom above (see hostMemory).
+	if err := setHostMemory(cgPath, lim.hostMemory()); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	if err := b.pids.limitParent(); err != nil {
+		log.Warn("cannot cap the host tasks of all sandboxes together", "err", err)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sandbox %q: after runsc create: %w", id, context.Cause(ctx))
 	}

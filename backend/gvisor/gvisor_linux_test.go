@@ -276,17 +276,21 @@ func TestMemoryLimit(t *testing.T) {
 		t.Fatalf("%d OOM kills before the hog", n)
 	}
 
-	// Memory itself is limited: the hog gets the sandbox OOM-killed. The
-	// request never gets an answer, so it is left behind.
+	// Memory itself is limited. The test agent has no out-of-memory
+	// killer (the real agent's is tested in local/), so this is the
+	// backstop: a hog past the host cgroup's limit, the sandbox's limit
+	// plus the headroom, gets the whole sandbox OOM-killed by the host.
+	// The request never gets an answer, so it is left behind.
+	hogMiB := resolveLimits(&b.cfg, spec.Resources).hostMemory()>>20 + 64
 	hog, cancel := context.WithCancel(ctx)
 	defer cancel()
 	answered := make(chan error, 1)
 	go func() {
-		req, _ := http.NewRequestWithContext(hog, http.MethodGet, "http://"+sb.AgentAddr+"/alloc?mb=512", nil)
+		req, _ := http.NewRequestWithContext(hog, http.MethodGet, fmt.Sprintf("http://%s/alloc?mb=%d", sb.AgentAddr, hogMiB), nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
-			err = fmt.Errorf("allocating 512 MiB under a 256 MiB limit answered %s", resp.Status)
+			err = fmt.Errorf("allocating %d MiB under a 256 MiB limit answered %s", hogMiB, resp.Status)
 		}
 		answered <- err
 	}()

@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"fmt"
 	"path"
 	"strings"
 
@@ -16,17 +17,43 @@ const AgentPath = backend.AgentMountDir + "/tupper-agent"
 // commands it starts are found.
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// Host tasks per sandbox task, and the sentry's own. Under systrap every
-// task inside the sandbox is backed by host tasks (about 2.5 per process
-// measured here, plus ~25 for the sentry and gofer at rest). The sandbox's
-// Pids limit is enforced inside by RLIMIT_NPROC, where a fork fails with
-// EAGAIN; the host cgroup's pids.max is only the backstop that keeps the
-// host safe if the sentry's accounting is ever bypassed. Hitting it kills
-// the whole sandbox, so it must sit well above the inner limit, which
-// counts per uid: root and the `user` account may each reach it.
+// Host tasks per sandbox task, and the sentry's own. Under systrap a
+// sandbox's tasks run on host tasks: one stub process per address space,
+// kept in a pool for reuse after the process inside exits, and at most one
+// stub thread per task of that address space. So a sandbox of n tasks
+// holds at most 2n host tasks, plus the sentry's and the gofer's threads
+// (about 30 at rest). Measured under a fork bomb: 1.46 host tasks per
+// task; 0.63 for threads. The sandbox's Pids limit is enforced inside, with
+// EAGAIN at fork (RLIMIT_NPROC per user, and pids.max of the sandbox's own
+// cgroup for all users together, which the agent sets); the host cgroup's
+// pids.max, hostPids, is the backstop that keeps the host safe if that is
+// bypassed (root inside can raise its cgroup's pids.max or switch uids).
+// Hitting it ends the whole sandbox: the sentry cannot make a thread.
+// See docs/design/limits.md.
 const (
-	hostTasksPerTask = 8
+	hostTasksPerTask = 2
 	hostTasksBase    = 256
+)
+
+// The host memory cgroup sits above the sandbox's memory limit by a
+// headroom, so that the agent's out-of-memory killer (agent/oom), which
+// acts on gVisor's own count at the limit, ends one process before the
+// host's OOM killer, the backstop, would end the whole sandbox. The
+// headroom holds what gVisor does not count as the sandbox's memory: the
+// sentry's own heap, page tables and the kernel memory of its host tasks
+// (about 94 KiB per host task measured: 290 MiB for 3,100 tasks), and
+// what a process allocates between two looks of the killer and its kill.
+const (
+	headroomBase    = 64 << 20
+	headroomDivisor = 8        // plus 1/8 of the limit
+	headroomPerTask = 96 << 10 // per host task the sandbox may hold
+)
+
+// Open files per process: Linux's usual soft limit, which select(2)-era
+// programs rely on, and a hard limit a process may raise it to.
+const (
+	openFilesSoft = 1024
+	openFilesHard = 65536
 )
 
 // limits are a sandbox's resolved resource limits.
@@ -34,6 +61,18 @@ type limits struct {
 	CPUs        float64
 	MemoryBytes int64
 	Pids        int64
+}
+
+// hostPids is the host cgroup's pids.max for the sandbox: the backstop
+// under the Pids limit inside (see hostTasksPerTask).
+func (l limits) hostPids() int64 {
+	return l.Pids*hostTasksPerTask + hostTasksBase
+}
+
+// hostMemory is the host cgroup's memory limit for the sandbox: its
+// memory limit plus the headroom (see headroomBase).
+func (l limits) hostMemory() int64 {
+	return l.MemoryBytes + headroomBase + l.MemoryBytes/headroomDivisor + l.hostPids()*headroomPerTask
 }
 
 // resolveLimits fills the zero fields of r from cfg's defaults.
@@ -87,8 +126,12 @@ func buildSpec(in specInput) *specs.Spec {
 		hostname = s.ID
 	}
 	nproc := uint64(in.Limits.Pids)
+	// The spec carries the sandbox's own memory limit: runsc shows it
+	// inside as MemTotal, which is what the agent's out-of-memory killer
+	// holds the sandbox to. The host cgroup gets hostMemory once runsc
+	// has read it (see setHostMemory).
 	mem := in.Limits.MemoryBytes
-	hostPids := in.Limits.Pids*hostTasksPerTask + hostTasksBase
+	hostPids := in.Limits.hostPids()
 	period := uint64(100_000)
 	quota := int64(in.Limits.CPUs * float64(period))
 	res := &specs.LinuxResources{
@@ -113,7 +156,10 @@ func buildSpec(in specInput) *specs.Spec {
 				Effective: capabilities,
 				Permitted: capabilities,
 			},
-			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NPROC", Hard: nproc, Soft: nproc}},
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NPROC", Hard: nproc, Soft: nproc},
+				{Type: "RLIMIT_NOFILE", Hard: openFilesHard, Soft: openFilesSoft},
+			},
 		},
 		Root:     &specs.Root{Path: in.RootPath, Readonly: false},
 		Hostname: hostname,
@@ -121,9 +167,17 @@ func buildSpec(in specInput) *specs.Spec {
 			{Destination: "/proc", Type: "proc", Source: "proc"},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-			// /dev/shm is memory and counts towards the memory limit, as on Linux.
-			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "nodev", "mode=1777"}},
+			// /dev/shm is memory and counts towards the memory limit, as on
+			// Linux. Killing processes does not free it, so it holds at
+			// most half the limit, as Linux's default does with RAM: the
+			// out-of-memory killer can always make room.
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%dk", mem/2>>10)}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			// The sandbox's own cgroups, inside gVisor: the agent writes
+			// the Pids limit into pids.max for the whole sandbox, and
+			// programs that size themselves by their cgroup (Node, the
+			// JVM) read the memory limit there.
+			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 			// No /tmp: it is the root's, in the sandbox's capped layer on
 			// disk (see tmpPlaceholder for what keeps runsc's memory
 			// tmpfs off it).

@@ -97,6 +97,7 @@ func run(o options) error {
 			log.Warn("network configuration incomplete", "err", err)
 		}
 		removeTmpPlaceholder(log)
+		enforceLimits(log)
 	} else if netEnv[envNameserver]+netEnv[envSandboxAddr]+netEnv[envTrustCA] != "" {
 		log.Warn("not the sandbox's first process: resolv.conf, hosts and the trust store are left alone")
 	}

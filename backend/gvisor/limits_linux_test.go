@@ -1,0 +1,185 @@
+package gvisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/errdefs"
+)
+
+// hostCgroupValue reads file from the host cgroup of sandbox id, in
+// whichever hierarchy has it.
+func hostCgroupValue(t *testing.T, b *Backend, id string, files ...string) string {
+	t.Helper()
+	dirs, err := cgroupDirs(cgroupsPath(b.cfg.CgroupParent, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		for _, f := range files {
+			if data, err := os.ReadFile(filepath.Join(d, f)); err == nil {
+				return strings.TrimSpace(string(data))
+			}
+		}
+	}
+	t.Fatalf("no %v in the cgroups of %s (%v)", files, id, dirs)
+	return ""
+}
+
+// The sandbox sees its own limits; the host's sit above them.
+func TestLimitsInsideAndOnTheHost(t *testing.T) {
+	b := newTestBackend(t)
+	id := newID("lim")
+	spec := testSpec(id)
+	spec.Resources.MemoryBytes = 256 << 20
+	spec.Resources.Pids = 64
+	sb := startSandbox(t, b, spec)
+	lim := resolveLimits(&b.cfg, spec.Resources)
+
+	tests := []struct {
+		name, cmd, want string
+	}{
+		// What programs size themselves by: the sandbox's limit, not the
+		// host cgroup's, which is higher.
+		{"MemTotal", "grep MemTotal /proc/meminfo", "MemTotal:         262144 kB"},
+		{"cgroup memory limit", "cat /sys/fs/cgroup/memory/memory.limit_in_bytes", strconv.Itoa(256 << 20)},
+		{"open files, soft", "ulimit -n", "1024"},
+		{"open files, hard", "ulimit -Hn", "65536"},
+		{"processes per user", "ulimit -u", "64"},
+		// The real agent writes the Pids limit here for the whole sandbox
+		// (local/ tests it); the test agent leaves it.
+		{"own pids cgroup", "cat /sys/fs/cgroup/pids/pids.max", "max"},
+		{"/dev/shm holds half the limit", "df -k /dev/shm | tail -1 | awk '{print $2}'", "131072"},
+		// The hard limit holds: a process may raise its soft limit to it,
+		// not past it.
+		{"raise to hard", "ulimit -n 65536 && ulimit -n", "65536"},
+		{"past hard", "ulimit -n 65537 2>/dev/null && echo raised || echo refused", "refused"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := strings.TrimSpace(mustRun(t, sb.AgentAddr, tt.cmd)); got != tt.want {
+				t.Errorf("%s = %q, want %q", tt.cmd, got, tt.want)
+			}
+		})
+	}
+
+	t.Run("host cgroup", func(t *testing.T) {
+		if got := hostCgroupValue(t, b, id, "memory.limit_in_bytes", "memory.max"); got != strconv.FormatInt(lim.hostMemory(), 10) {
+			t.Errorf("host memory limit = %s, want %d (%d MiB of headroom)", got, lim.hostMemory(), (lim.hostMemory()-lim.MemoryBytes)>>20)
+		}
+		if got := hostCgroupValue(t, b, id, "pids.max"); got != strconv.FormatInt(lim.hostPids(), 10) {
+			t.Errorf("host pids.max = %s, want %d", got, lim.hostPids())
+		}
+		root, err := pidsHierarchy()
+		if err != nil {
+			t.Fatal(err)
+		}
+		parent, err := readPids(filepath.Join(root, b.cfg.CgroupParent), "pids.max")
+		if err != nil || parent < 0 || parent > b.pids.host {
+			t.Errorf("parent pids.max = %d, %v; want the host's budget %d", parent, err, b.pids.host)
+		}
+	})
+}
+
+// testCgroupParent returns a cgroup parent of the test's own, removed
+// (with whatever a failed test left in it) when the test ends.
+func testCgroupParent(t *testing.T) string {
+	t.Helper()
+	r := make([]byte, 4)
+	rand.Read(r)
+	parent := "tupper-test-" + hex.EncodeToString(r)
+	t.Cleanup(func() {
+		if err := removeCgroup("/" + parent); err != nil {
+			t.Errorf("remove test cgroup parent: %v", err)
+		}
+	})
+	return parent
+}
+
+// Sandboxes are admitted while their host task limits fit in the budget
+// together; one more is refused with a clear error and leaves nothing.
+func TestPidBudget(t *testing.T) {
+	parent := testCgroupParent(t)
+	const pids = 64
+	per := limits{Pids: pids}.hostPids()
+	b := newTestBackend(t, func(c *Config) {
+		c.CgroupParent = parent
+		c.HostPids = 2*per + per/2 // room for two sandboxes, not three
+	})
+	ctx := context.Background()
+	spec := func(name string) *backend.Spec {
+		s := testSpec(newID(name))
+		s.Resources.Pids = pids
+		return s
+	}
+
+	first := startSandbox(t, b, spec("b1"))
+	startSandbox(t, b, spec("b2"))
+
+	third := spec("b3")
+	_, err := b.Start(ctx, third)
+	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("third Start = %v, want ErrResourceExhausted", err)
+	}
+	for _, want := range []string{"host process budget", "kernel.pid_max"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	assertNothingLeft(t, b, third.ID)
+
+	// Reservations last only until runsc has made the cgroup.
+	if left, _ := filepath.Glob(filepath.Join(b.pids.dir, "*"+parent+"*")); len(left) != 0 {
+		t.Errorf("reservations left: %v", left)
+	}
+
+	// Room comes back with a stopped sandbox.
+	if err := b.Stop(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	startSandbox(t, b, third)
+}
+
+// A fork bomb in a sandbox gets EAGAIN at the sandbox's limit, the
+// sandbox answers after it, and the host tasks it holds stay under its
+// host limit.
+func TestForkBombHostTasks(t *testing.T) {
+	b := newTestBackend(t)
+	id := newID("bomb")
+	spec := testSpec(id)
+	spec.Resources.Pids = 128
+	sb := startSandbox(t, b, spec)
+	lim := resolveLimits(&b.cfg, spec.Resources)
+
+	// The classic bomb, run for a few seconds in its own session, then
+	// killed whole; busybox's sh reports its failed forks.
+	r := run(t, sb.AgentAddr, `setsid sh -c 'bomb() { bomb | bomb & }; bomb' >/tmp/bomb.log 2>&1 &
+sleep 8; n=$(ls -d /proc/[0-9]* | wc -l); kill -9 -1 2>/dev/null; sleep 1; echo running $n; grep -c -i "fork" /tmp/bomb.log`)
+	t.Logf("bomb: %q", r.Output)
+	if !strings.Contains(r.Output, "running") {
+		t.Fatalf("no report: %q", r.Output)
+	}
+	peak := hostCgroupValue(t, b, id, "pids.peak", "pids.current")
+	t.Logf("host tasks of the sandbox: %s at the peak (limit %d)", peak, lim.hostPids())
+	if n, err := strconv.ParseInt(peak, 10, 64); err != nil || n > lim.hostPids() {
+		t.Errorf("host tasks peaked at %s, above the sandbox's host limit %d", peak, lim.hostPids())
+	}
+	if !healthy(sb.AgentAddr, 5*time.Second) {
+		t.Fatal("sandbox stopped answering after the fork bomb")
+	}
+	if got := mustRun(t, sb.AgentAddr, "echo alive"); got != "alive\n" {
+		t.Errorf("after the bomb: %q", got)
+	}
+	if ev := hostCgroupValue(t, b, id, "pids.events"); !strings.HasSuffix(ev, " 0") {
+		t.Errorf("the host limit was hit (%s): the backstop, not the sandbox's own limit, stopped the bomb", ev)
+	}
+}
