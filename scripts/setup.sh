@@ -41,6 +41,16 @@ if ! cmp -s "$CACHE/bin/runsc" /usr/local/bin/runsc 2>/dev/null; then
   install -m 0755 "$CACHE/bin/runsc" /usr/local/bin/runsc
 fi
 
+# Every process in a gVisor sandbox is backed by host tasks, and Tupper
+# admits sandboxes only while their host task limits fit in what the host
+# spares (kernel.pid_max and kernel.threads-max less a quarter; see
+# docs/design/limits.md). systemd raises pid_max to 4194304 on most
+# distributions; a host left at the kernel's 32768 holds a few sandboxes.
+if [ "$(cat /proc/sys/kernel/pid_max)" -lt 4194304 ]; then
+  say "raising kernel.pid_max from $(cat /proc/sys/kernel/pid_max) to 4194304, systemd's default"
+  sysctl -qw kernel.pid_max=4194304
+fi
+
 say "building bin/tupper and bin/tupper-agent"
 mkdir -p bin
 CGO_ENABLED=0 go build -trimpath -o bin/tupper ./cmd/tupper
