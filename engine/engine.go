@@ -71,7 +71,9 @@ type Config struct {
 	// MaxTimeout caps any time to live; zero means 24 hours.
 	MaxTimeout time.Duration
 	// DefaultCPUs, DefaultMemoryMB and DefaultPids are the limits when a
-	// create names none; zeros mean 1 CPU, 1024 MB and 4096 pids.
+	// create names none; zeros mean 1 CPU, 1024 MB and 1024 pids (tasks,
+	// threads included: each may cost the host two, and a host spares
+	// only so many; see docs/design/limits.md).
 	DefaultCPUs     float64
 	DefaultMemoryMB int
 	DefaultPids     int64
@@ -147,7 +149,7 @@ func (c *Config) Validate() error {
 		c.DefaultMemoryMB = 1024
 	}
 	if c.DefaultPids == 0 {
-		c.DefaultPids = 4096
+		c.DefaultPids = 1024
 	}
 	if err := c.validateDisk(); err != nil {
 		return err
