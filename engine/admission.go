@@ -44,10 +44,11 @@ func (c *Config) validateAdmission() error {
 }
 
 // DefaultMaxSandboxes is the cap on live sandboxes when Config names none:
-// one per 128 MiB of the host's memory (an idle sandbox's sentry, gofer
-// and agent take about a fifth of that; the rest is what its programs
-// use), and few enough that their host threads stay well within the
-// kernel's pid_max. It is at least 16.
+// one per 128 MiB of the host's memory (an idle sandbox's runsc, sentry,
+// gofer and agent were measured at about 70 MB resident, shared pages
+// counted in each; the rest is for what its programs use), and few enough
+// that their host tasks stay well within the kernel's pid_max. It is at
+// least 16.
 func DefaultMaxSandboxes() int {
 	byMemory := 1 << 20 // no limit known
 	if kb, ok := memTotalKB(); ok {
@@ -63,9 +64,10 @@ func DefaultMaxSandboxes() int {
 	return max(16, min(byMemory, byPids))
 }
 
-// hostTasksPerSandbox is what an idle gVisor sandbox takes of the host's
-// process ids (its sentry's threads, the gofer's, runsc's): measured at
-// about 40 on the development machines; twice that leaves room for work.
+// hostTasksPerSandbox is what a gVisor sandbox takes of the host's process
+// ids (its sentry's threads, the gofer's, runsc's, the stubs of its
+// processes): an idle one was measured at about 20 on the development
+// machines; four times that leaves room for work.
 const hostTasksPerSandbox = 80
 
 // memTotalKB reads MemTotal from /proc/meminfo.
