@@ -11,7 +11,8 @@
 //	    rootfs/, ovl/        the host overlay of the image that runsc takes as root
 //	    upper/               where runsc's overlay puts its (unlinked) filestore:
 //	                         every file the sandbox writes, /tmp included
-//	    console.log          runsc's messages and the agent's stdout and stderr
+//	    log/console.log      runsc's messages and the agent's stdout and stderr,
+//	                         on a small tmpfs of its own (see logDir)
 //	    sandbox.json, pid    what Start returned, for diagnostics and Stats
 //	<Root>/net/              the network pool (netns bind mounts, leases)
 //

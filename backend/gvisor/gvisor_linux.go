@@ -46,7 +46,7 @@ const (
 const (
 	specFile    = "config.json"
 	recordFile  = "sandbox.json"
-	consoleFile = "console.log"
+	consoleFile = "console.log" // in logDir
 	pidFile     = "pid"
 	rootfsDir   = "rootfs" // the host overlay of the image, runsc's root
 	overlayDir  = "ovl"    // upper and work dirs of that overlay
@@ -232,6 +232,9 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	if err := mountHostSafe(dir); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
+	if err := mountLog(dir); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
 	rootfs, err := mountRootFS(spec.RootFS, dir)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
@@ -273,7 +276,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	}
 
 	t = time.Now()
-	console, err := os.OpenFile(filepath.Join(dir, consoleFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	console, err := os.OpenFile(consolePath(dir), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
@@ -298,7 +301,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		PidFile: filepath.Join(dir, pidFile),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: runsc create: %w: %s", id, err, tail(filepath.Join(dir, consoleFile), 2048))
+		return nil, fmt.Errorf("sandbox %q: runsc create: %w: %s", id, err, tail(consolePath(dir), 2048))
 	}
 	step("create", t)
 	// runsc has shown the sandbox its memory limit; the host's sits a

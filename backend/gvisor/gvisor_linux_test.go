@@ -623,6 +623,23 @@ func TestDiskCap(t *testing.T) {
 		t.Errorf("echo alive = %q", got)
 	}
 	mustRun(t, sb.AgentAddr, "rm /home/user/big /tmp/big /tmp/big2 && dd if=/dev/zero of=/tmp/again bs=1M count=32")
+
+	// The console is a host file that root in the sandbox can write to:
+	// it is capped too.
+	before = free()
+	r := run(t, sb.AgentAddr, "head -c 134217728 /dev/zero | cat >> /proc/1/fd/2")
+	if r.Exit == 0 || !strings.Contains(r.Output, "space") {
+		t.Errorf("128 MiB into the console: exit %d: %q; want ENOSPC", r.Exit, r.Output)
+	}
+	if fi, err := os.Stat(consolePath(b.bundleDir(id))); err != nil || fi.Size() > logSize {
+		t.Errorf("console after the flood: %v, %v; want at most %d bytes", fi, err, logSize)
+	}
+	if drop := before - free(); drop > slack {
+		t.Errorf("the host lost %d MiB to a console flood", drop>>20)
+	}
+	if got := mustRun(t, sb.AgentAddr, "echo alive"); got != "alive\n" {
+		t.Errorf("echo alive after the console flood = %q", got)
+	}
 }
 
 func TestConcurrentStarts(t *testing.T) {
