@@ -45,6 +45,10 @@ type CreateOptions struct {
 	// nil the engine's DefaultNetwork applies.
 	Network             *netpolicy.Policy
 	AllowInternetAccess *bool
+	// Secure and AutoPause are E2B's create options of those names, kept
+	// in the record (see store.Sandbox).
+	Secure    *bool
+	AutoPause bool
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -139,6 +143,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		DiskMB: orDefault(opts.DiskMB, e.cfg.DefaultDiskMB), AccessToken: newToken(),
 		StartedAt: now, EndAt: now.Add(timeout),
 		Network: opts.Network, AllowInternetAccess: opts.AllowInternetAccess,
+		Secure: opts.Secure, AutoPause: opts.AutoPause,
 	}
 	if sb.TemplateID == "" {
 		sb.TemplateID = ref

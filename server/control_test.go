@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -377,5 +378,24 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 	if status, _, _ := e.do("PUT", "/sandboxes/nosuch/network", `{}`); status != http.StatusNotFound {
 		t.Errorf("update network of an unknown sandbox: %d", status)
+	}
+}
+
+// TestCreateOptionsKeptInRecord checks that what a create says of E2B's
+// secure and autoPause lands in the engine's one record of the sandbox
+// (there is no second, server-side store to lose it).
+func TestCreateOptionsKeptInRecord(t *testing.T) {
+	e := newTestEnv(t)
+	sb := e.create(`{"templateID":"base","secure":true,"autoPause":true}`)
+	rec, err := e.engine.Get(context.Background(), sb.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Secure == nil || !*rec.Secure || !rec.AutoPause {
+		t.Errorf("record keeps secure=%v autoPause=%v, want both true", rec.Secure, rec.AutoPause)
+	}
+	plain := e.create(`{"templateID":"base"}`)
+	if rec, err := e.engine.Get(context.Background(), plain.SandboxID); err != nil || rec.Secure != nil || rec.AutoPause {
+		t.Errorf("a create that says nothing: record %+v, %v", rec, err)
 	}
 }

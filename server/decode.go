@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/netpolicy"
 )
@@ -147,27 +148,35 @@ func seconds(field string, v *float64) (time.Duration, error) {
 }
 
 // decodeCreate parses and checks a create body.
-func decodeCreate(data []byte) (*createBody, time.Duration, error) {
+// decodeCreate parses a create body into what the engine takes: the
+// request has this one shape from the wire to the engine (createBody is
+// only its JSON spelling).
+func decodeCreate(data []byte) (engine.CreateOptions, error) {
 	var b createBody
 	if err := decodeJSON(data, &b); err != nil {
-		return nil, 0, err
+		return engine.CreateOptions{}, err
 	}
 	timeout, err := seconds("timeout", b.Timeout)
 	if err != nil {
-		return nil, 0, err
+		return engine.CreateOptions{}, err
 	}
 	if len(b.VolumeMounts) > 0 {
-		return nil, 0, fmt.Errorf("volume mounts are not supported yet: %w", errdefs.ErrNotSupported)
+		return engine.CreateOptions{}, fmt.Errorf("volume mounts are not supported yet: %w", errdefs.ErrNotSupported)
 	}
 	if b.CPUCount < 0 || b.MemoryMB < 0 || b.DiskSizeMB < 0 || math.IsNaN(b.CPUCount) || math.IsInf(b.CPUCount, 0) {
-		return nil, 0, fmt.Errorf("cpuCount, memoryMB and diskSizeMB must be positive numbers: %w", errdefs.ErrInvalidArgument)
+		return engine.CreateOptions{}, fmt.Errorf("cpuCount, memoryMB and diskSizeMB must be positive numbers: %w", errdefs.ErrInvalidArgument)
 	}
 	if b.Network != nil {
 		if err := b.Network.Normalize(); err != nil {
-			return nil, 0, err
+			return engine.CreateOptions{}, err
 		}
 	}
-	return &b, timeout, nil
+	return engine.CreateOptions{
+		Template: b.TemplateID, Timeout: timeout, Metadata: b.Metadata, Env: b.EnvVars,
+		CPUs: b.CPUCount, MemoryMB: b.MemoryMB, DiskMB: b.DiskSizeMB,
+		Network: b.Network, AllowInternetAccess: b.AllowInternetAccess,
+		Secure: b.Secure, AutoPause: b.AutoPause != nil && *b.AutoPause,
+	}, nil
 }
 
 // decodeConnect parses a connect or resume body; an empty one is fine.

@@ -81,7 +81,7 @@ func newTestEnv(t *testing.T) *testEnv {
 		t.Fatal(err)
 	}
 	srv, err := New(Config{
-		Engine: eng, Keys: keys, Domain: "tupper.test", StatePath: filepath.Join(dir, "server.db"), Logger: testLogger(),
+		Engine: eng, Keys: keys, Domain: "tupper.test", Logger: testLogger(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"net/http"
 	"time"
-
-	"github.com/lightbearco/tupper/engine"
 )
 
 // handleCreate serves POST /sandboxes and POST /v2/sandboxes: it boots a
@@ -17,15 +15,12 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	b, timeout, err := decodeCreate(data)
+	opts, err := decodeCreate(data)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	sb, err := s.engine.Create(r.Context(), engine.CreateOptions{
-		Template: b.TemplateID, Timeout: timeout, Metadata: b.Metadata, Env: b.EnvVars,
-		CPUs: b.CPUCount, MemoryMB: b.MemoryMB, DiskMB: b.DiskSizeMB, Network: b.Network, AllowInternetAccess: b.AllowInternetAccess,
-	})
+	sb, err := s.engine.Create(r.Context(), opts)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -36,22 +31,8 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.killQuietly(sb.ID, "its creator went away before the sandbox was ready")
 		return
 	}
-	log := s.log.With("sandbox", sb.ID, "op", "create")
-	ex := &sandboxExtras{
-		Secure:    b.Secure,
-		AutoPause: b.AutoPause != nil && *b.AutoPause,
-	}
-	if *ex != (sandboxExtras{}) {
-		if err := s.extras.put(r.Context(), sb.ID, ex); err != nil {
-			// A sandbox whose settings were lost must not be handed
-			// out as if they held.
-			s.killQuietly(sb.ID, "its settings could not be saved")
-			s.writeError(w, r, err)
-			return
-		}
-	}
-	if ex.AutoPause {
-		log.Warn("autoPause requested: sandboxes are killed at their timeout, since pausing is not supported yet")
+	if sb.AutoPause {
+		s.log.Warn("autoPause requested: sandboxes are killed at their timeout, since pausing is not supported yet", "sandbox", sb.ID)
 	}
 	s.signed.add(sb.ID, sb.AccessToken)
 	writeJSON(w, http.StatusCreated, s.sandboxJSON(sb))

@@ -102,8 +102,5 @@ func (s *Server) handleKill(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.signed.remove(id)
-	if err := s.extras.remove(r.Context(), id); err != nil {
-		s.log.Warn("forget killed sandbox", "sandbox", id, "err", err)
-	}
 	w.WriteHeader(http.StatusNoContent)
 }

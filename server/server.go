@@ -42,10 +42,6 @@ type Config struct {
 	// is not 80 or 443 (for example "localhost:3000"). Empty means
 	// "localhost".
 	Domain string
-	// StatePath is the server's own database, for what the engine does
-	// not keep (options accepted but not honoured yet).
-	// Empty keeps it in memory, lost on restart.
-	StatePath string
 	// DialTimeout bounds connecting to a sandbox; zero means 5 seconds.
 	DialTimeout time.Duration
 	// MCP, when set, serves /mcp (package mcp's Handler, which checks API
@@ -83,7 +79,6 @@ type Server struct {
 	log     *slog.Logger
 	engine  *engine.Engine
 	keys    *auth.Store
-	extras  *extrasStore
 	signed  *tokenIndex
 	control http.Handler
 	// handler is the whole server: the routing of ServeHTTP, logged.
@@ -100,13 +95,9 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	extras, err := openExtras(cfg.StatePath)
-	if err != nil {
-		return nil, err
-	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger.With("component", "server"),
-		engine: cfg.Engine, keys: cfg.Keys, extras: extras,
+		engine: cfg.Engine, keys: cfg.Keys,
 		signed: newTokenIndex(cfg.Engine),
 	}
 	s.agents = newAgentTransport(cfg.Engine, cfg.DialTimeout)
@@ -114,9 +105,6 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = &http.Client{Transport: s.agents, Timeout: 10 * time.Second}
 	s.control = s.controlPlane()
 	s.handler = s.logged(http.HandlerFunc(s.route))
-	if err := s.pruneExtras(context.Background()); err != nil {
-		s.log.Warn("prune server records", "err", err)
-	}
 	return s, nil
 }
 
@@ -124,7 +112,7 @@ func New(cfg Config) (*Server, error) {
 // or the key Store.
 func (s *Server) Close() error {
 	s.agents.CloseIdleConnections()
-	return s.extras.Close()
+	return nil
 }
 
 // ServeHTTP routes a request to the data plane or the control plane (see
@@ -151,15 +139,6 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.control.ServeHTTP(w, r)
-}
-
-// pruneExtras forgets the server records of sandboxes that no longer run.
-func (s *Server) pruneExtras(ctx context.Context) error {
-	live := map[string]bool{}
-	for _, id := range s.engine.Running() {
-		live[id] = true
-	}
-	return s.extras.prune(ctx, live)
 }
 
 // lookup returns a sandbox that the engine runs. A sandbox that is

@@ -73,6 +73,12 @@ type Sandbox struct {
 	// enforced is netpolicy.WithInternet of both.
 	Network             *netpolicy.Policy `json:"network,omitempty"`
 	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
+	// Secure and AutoPause are what E2B's create said of them: Secure
+	// (envd behind an access token) is how Tupper always runs; AutoPause
+	// (pause rather than kill at the timeout) waits for a pausing
+	// backend, and until then the sandbox is killed at its timeout.
+	Secure    *bool `json:"secure,omitempty"`
+	AutoPause bool  `json:"autoPause,omitempty"`
 	// KilledAt and KillReason are set once the sandbox is gone.
 	KilledAt   time.Time `json:"killedAt,omitzero"`
 	KillReason string    `json:"killReason,omitempty"`
@@ -412,9 +418,15 @@ func (sb *Sandbox) Clone() *Sandbox {
 	c.Metadata = maps.Clone(sb.Metadata)
 	c.Env = maps.Clone(sb.Env)
 	c.Network = sb.Network.Clone()
-	if sb.AllowInternetAccess != nil {
-		v := *sb.AllowInternetAccess
-		c.AllowInternetAccess = &v
-	}
+	c.AllowInternetAccess = clonePtr(sb.AllowInternetAccess)
+	c.Secure = clonePtr(sb.Secure)
 	return &c
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }

@@ -167,14 +167,14 @@ func TestCloneIsDeep(t *testing.T) {
 	sb := &Sandbox{
 		ID: "a", Metadata: map[string]string{"k": "v"}, Env: map[string]string{"E": "1"},
 		Network:             &netpolicy.Policy{AllowOut: []string{"example.com"}},
-		AllowInternetAccess: &yes,
+		AllowInternetAccess: &yes, Secure: &yes,
 	}
 	c := sb.Clone()
 	before, _ := json.Marshal(sb)
 	if got, _ := json.Marshal(c); string(got) != string(before) {
 		t.Fatalf("clone %s differs from %s", got, before)
 	}
-	c.Metadata["k"], c.Env["E"], c.Network.AllowOut[0], *c.AllowInternetAccess = "x", "x", "x", false
+	c.Metadata["k"], c.Env["E"], c.Network.AllowOut[0], *c.AllowInternetAccess, *c.Secure = "x", "x", "x", false, false
 	if after, _ := json.Marshal(sb); string(after) != string(before) {
 		t.Errorf("changing the clone changed the original: %s, was %s", after, before)
 	}

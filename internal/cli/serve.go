@@ -141,8 +141,7 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 		return err
 	}
 	srv, err := server.New(server.Config{
-		Engine: rt.Engine(), Keys: keys, Domain: domain, MCP: mcpHandler,
-		StatePath: filepath.Join(root, "server", "state.db"), Logger: log,
+		Engine: rt.Engine(), Keys: keys, Domain: domain, MCP: mcpHandler, Logger: log,
 	})
 	if err != nil {
 		return err
