@@ -46,6 +46,10 @@ type Config struct {
 	// ReadyTimeout bounds the wait for a new sandbox's agent to answer;
 	// zero means 10 seconds.
 	ReadyTimeout time.Duration
+	// Crash, when set, ends sandbox id from outside as a crash would
+	// (for example by killing its host processes); with it, a backend
+	// that is a backend.Waiter is checked to notice.
+	Crash func(t *testing.T, id string)
 }
 
 func (c *Config) validate(t *testing.T) {
@@ -92,6 +96,8 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("pty", func(t *testing.T) { testPTY(t, sb) })
 	t.Run("files", func(t *testing.T) { testFiles(t, sb) })
 	t.Run("isolation", func(t *testing.T) { s.testIsolation(t, sb) })
+	t.Run("limits", s.testLimits)
+	t.Run("lifecycle/crash", s.testCrash)
 	t.Run("lifecycle/stop", func(t *testing.T) { s.testStop(t, id, sb) })
 }
 
@@ -146,10 +152,17 @@ func (s *suite) spec(id string) *backend.Spec {
 // ends.
 func (s *suite) start(t *testing.T, id string) *backend.Sandbox {
 	t.Helper()
+	return s.startSpec(t, s.spec(id))
+}
+
+// startSpec is start with a spec of the caller's.
+func (s *suite) startSpec(t *testing.T, spec *backend.Spec) *backend.Sandbox {
+	t.Helper()
+	id := spec.ID
 	sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	begin := time.Now()
-	info, err := s.b.Start(sctx, s.spec(id))
+	info, err := s.b.Start(sctx, spec)
 	if err != nil {
 		t.Fatalf("Start(%s): %v", id, err)
 	}

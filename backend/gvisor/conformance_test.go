@@ -52,5 +52,6 @@ func TestConformance(t *testing.T) {
 		},
 		RootFS:    testutil.TestRootFS(t),
 		AgentPath: testutil.AgentBinary(t),
+		Crash:     func(t *testing.T, id string) { testutil.CrashSandbox(t, id) },
 	})
 }
