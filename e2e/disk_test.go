@@ -19,19 +19,25 @@ import (
 	"github.com/lightbearco/tupper/sdk"
 )
 
-// scratchRoot makes a short directory in /tmp (runsc's socket paths under
-// a daemon's root must stay under 108 bytes) with a file system of the
-// test's own, of size bytes, mounted on it: its free space moves only with
-// what the daemon does, and the test may fill it.
+// scratchRoot returns a state directory for a daemon on a file system of
+// the test's own, of size bytes, mounted on a short directory in /tmp
+// (runsc's socket paths under a daemon's root must stay under 108 bytes):
+// its free space moves only with what the daemon does, and the test may
+// fill it. The mount is the root's parent, so that it is no leftover of
+// the daemon's.
 func scratchRoot(t *testing.T, size int64) string {
 	t.Helper()
 	testutil.RequiresRoot(t)
-	root, err := os.MkdirTemp("", "td-")
+	mnt, err := os.MkdirTemp("", "td-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.Remove(root) })
-	testutil.MountScratchFS(t, root, size)
+	t.Cleanup(func() { os.Remove(mnt) })
+	testutil.MountScratchFS(t, mnt, size)
+	root := filepath.Join(mnt, "r")
+	if err := os.Mkdir(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	return root
 }
 
@@ -102,7 +108,7 @@ func TestDiskCap(t *testing.T) {
 	npmCI(t, dir)
 	// Sparse: it takes on the host only what the daemon writes.
 	root := scratchRoot(t, 4<<30)
-	d := startServeDaemonIn(t, root, "--disk", "128M", "--max-disk", "512M")
+	d := startServeDaemonIn(t, root, "--disk", "64M", "--max-disk", "512M")
 	client := goClient(t, d)
 
 	t.Run("maximum", func(t *testing.T) {
@@ -172,12 +178,13 @@ func TestDiskCap(t *testing.T) {
 		}
 
 		// With room again, an upload that is itself bigger than the
-		// room left: 507 from the daemon's data plane, the old file
-		// intact, no temporary file left beside it.
+		// room left, by far more than the agent reads after a failure:
+		// 507 from the daemon's data plane, the old file intact, no
+		// temporary file left beside it.
 		mustRun(ctx, t, sb, "rm -f /home/user/fill /tmp/fill2 /tmp/fill3")
-		status, body := uploadRaw(ctx, t, d, sb.ID(), sbToken(ctx, t, d, sb.ID()), "/home/user/data.csv", io.LimitReader(zeros{}, 200<<20))
+		status, body := uploadRaw(ctx, t, d, sb.ID(), sbToken(ctx, t, d, sb.ID()), "/home/user/data.csv", io.LimitReader(zeros{}, 512<<20))
 		if status != http.StatusInsufficientStorage || !strings.Contains(body, "not enough disk space") {
-			t.Errorf("upload of 200 MiB under a %d MB cap: %d %s; want 507", capMB, status, body)
+			t.Errorf("upload of 512 MiB under a %d MB cap: %d %s; want 507", capMB, status, body)
 		}
 		if got, err := sb.Files.Read(ctx, "/home/user/data.csv"); err != nil || !bytes.Equal(got, old) {
 			t.Errorf("the old file after the failed upload: %q, %v", got, err)
@@ -208,7 +215,7 @@ func TestDiskCap(t *testing.T) {
 	})
 
 	t.Run("e2b@2.51.0", func(t *testing.T) {
-		// The E2B SDK cannot ask for a cap: the daemon's --disk 128M holds.
+		// The E2B SDK cannot ask for a cap: the daemon's --disk 64M holds.
 		runScript(t, node, dir, d, "disk.mjs", "e2b@2.51.0")
 	})
 }

@@ -1,4 +1,4 @@
-// disk.mjs drives a real `tupper serve`, started with `--disk 128M`, with the
+// disk.mjs drives a real `tupper serve`, started with `--disk 64M`, with the
 // published e2b JS SDK to check a sandbox's disk cap as an E2B user meets
 // it (driven by e2e/disk_test.go):
 //
@@ -41,16 +41,18 @@ await step('write a small file', async () => {
 await step('a filler gets ENOSPC at the cap', async () => {
   for (const cmd of ['dd if=/dev/zero of=/home/user/fill bs=1M count=300', 'head -c 300M /dev/zero > /tmp/fill2']) {
     const err = await s.commands.run(cmd, { timeoutMs: 60_000 }).then(() => null, (e) => e)
-    assert.ok(err instanceof CommandExitError, `${cmd} under a 128 MB cap: ${err ?? 'succeeded'}`)
+    assert.ok(err instanceof CommandExitError, `${cmd} under a 64 MB cap: ${err ?? 'succeeded'}`)
     assert.match(err.stderr, /No space left on device/, `${cmd}: ${err.stderr}`)
   }
   await s.commands.run('rm /home/user/fill /tmp/fill2')
 })
 
 await step('files.write of a file bigger than the disk fails with NotEnoughSpaceError', async () => {
-  // 160 MiB into a 128 MiB disk.
-  const big = new Uint8Array(160 << 20).fill(110)
-  const err = await s.files.write('/home/user/data.txt', big.buffer).then(() => null, (e) => e)
+  // 96 MiB into a 64 MiB disk. A loaded machine's uploads may be slow:
+  // more time than the SDK's default, which bounds the upload, not the
+  // answer.
+  const big = new Uint8Array(96 << 20).fill(110)
+  const err = await s.files.write('/home/user/data.txt', big.buffer, { requestTimeoutMs: 300_000 }).then(() => null, (e) => e)
   assert.ok(err instanceof NotEnoughSpaceError, `want NotEnoughSpaceError, got ${err?.name}: ${err?.message ?? 'no error'}`)
   assert.match(err.message, /disk space/)
 })
@@ -60,7 +62,7 @@ await step('the old file is intact', async () => {
 })
 
 await step('the sandbox lives on', async () => {
-  const r = await s.commands.run('echo alive && dd if=/dev/zero of=/tmp/again bs=1M count=64 2>/dev/null && rm /tmp/again && echo room')
+  const r = await s.commands.run('echo alive && dd if=/dev/zero of=/tmp/again bs=1M count=32 2>/dev/null && rm /tmp/again && echo room')
   assert.equal(r.stdout, 'alive\nroom\n')
   await s.files.write('/home/user/data.txt', 'new')
   assert.equal(await s.files.read('/home/user/data.txt'), 'new')
