@@ -88,6 +88,9 @@ func (o *CreateOptions) validate(cfg *Config) error {
 	if err := o.validateDisk(cfg); err != nil {
 		return err
 	}
+	if err := o.validateHostMax(cfg); err != nil {
+		return err
+	}
 	if err := checkReservedMetadata("create", o.Metadata); err != nil {
 		return err
 	}

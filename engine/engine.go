@@ -83,6 +83,10 @@ type Config struct {
 	// when that is larger).
 	DefaultDiskMB int
 	MaxDiskMB     int
+	// MaxMemoryMB and MaxCPUs are the most a create may ask for; zeros
+	// mean the host's memory and CPUs (hostmax.go).
+	MaxMemoryMB int
+	MaxCPUs     float64
 	// DefaultNetwork is the egress policy of sandboxes whose create says
 	// nothing of it; nil allows all egress, as in E2B.
 	DefaultNetwork *netpolicy.Policy
@@ -152,6 +156,9 @@ func (c *Config) Validate() error {
 		c.DefaultPids = 1024
 	}
 	if err := c.validateDisk(); err != nil {
+		return err
+	}
+	if err := c.validateHostMax(); err != nil {
 		return err
 	}
 	if c.BootTimeout == 0 {
