@@ -32,7 +32,7 @@ type createSandboxIn struct {
 	Metadata       map[string]string `json:"metadata,omitempty" jsonschema:"Labels to find the sandbox by with list_sandboxes; keys starting with tupper. are reserved"`
 	CPUs           float64           `json:"cpus,omitempty" jsonschema:"CPU cores (default 1)"`
 	MemoryMB       int               `json:"memory_mb,omitempty" jsonschema:"Memory limit in MB (default 1024)"`
-	DiskMB         int               `json:"disk_mb,omitempty" jsonschema:"Disk size in MB: what the sandbox may write, /tmp included (default: the server's, 10240)"`
+	DiskMB         int               `json:"disk_mb,omitempty" jsonschema:"Disk size in MB: what the sandbox may write, /tmp included (default: the server's, 10240 unless it was started with another)"`
 	Network        *networkPolicy    `json:"network,omitempty" jsonschema:"Egress policy (default: the internet is reachable). The host, other sandboxes and private addresses are never reachable. A refused connection fails at once; a refused DNS lookup answers REFUSED"`
 }
 

@@ -711,3 +711,23 @@ func mountOptions(t *testing.T, path string) string {
 	}
 	return opts
 }
+
+// TestStopsLegacyTmpMount stops a sandbox whose bundle has the /tmp
+// directory an earlier version bind-mounted onto itself, as a daemon
+// upgraded while its sandboxes ran finds them.
+func TestStopsLegacyTmpMount(t *testing.T) {
+	b := newTestBackend(t)
+	id := newID("legacy")
+	startSandbox(t, b, testSpec(id))
+	tmp := filepath.Join(b.bundleDir(id), legacyTmpDir)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(tmp, tmp, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Stop(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	assertNothingLeft(t, b, id)
+}

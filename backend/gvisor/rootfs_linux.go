@@ -76,7 +76,8 @@ const tmpPlaceholder = ".tupper-placeholder"
 // lower layer is image and upper dir upper. That /tmp is root's and 1777,
 // whatever the image's (as the tmpfs runsc would have mounted): every user
 // of the sandbox may write there. An image whose /tmp is not a directory (a
-// symlink, say) is left as it is.
+// symlink, say) is left as it is: runsc may then mount its tmpfs where the
+// link leads, which is memory and bounded by the sandbox's memory limit.
 func placeTmp(image, upper string) error {
 	var st unix.Stat_t
 	err := unix.Lstat(filepath.Join(image, "tmp"), &st)
@@ -146,11 +147,17 @@ func mountLog(dir string) error {
 	return nil
 }
 
-// unmountRootFS unmounts <dir>/rootfs, the hostSafeDirs mounts and the log
-// tmpfs; nothing mounted there is fine.
+// legacyTmpDir is where sandboxes started by earlier versions had their
+// /tmp, a host directory mounted onto itself: a restarted daemon still
+// stops them.
+const legacyTmpDir = "tmp"
+
+// unmountRootFS unmounts <dir>/rootfs, the hostSafeDirs mounts, the log
+// tmpfs and an earlier version's legacyTmpDir; nothing mounted there is
+// fine.
 func unmountRootFS(dir string) error {
 	var errs []error
-	for _, d := range append([]string{rootfsDir, logDir}, hostSafeDirs...) {
+	for _, d := range append([]string{rootfsDir, logDir, legacyTmpDir}, hostSafeDirs...) {
 		if err := unmountAll(filepath.Join(dir, d)); err != nil {
 			errs = append(errs, rootfsErr(dir, err))
 		}
