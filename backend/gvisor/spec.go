@@ -18,21 +18,25 @@ const AgentPath = backend.AgentMountDir + "/tupper-agent"
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Host tasks per sandbox task, and the sentry's own. Under systrap a
-// sandbox's tasks run on host tasks: one stub process per address space,
-// kept in a pool for reuse after the process inside exits, and at most one
-// stub thread per task of that address space. So a sandbox of n tasks
-// holds at most 2n host tasks, plus the sentry's and the gofer's threads
-// (about 30 at rest). Measured under a fork bomb: 1.46 host tasks per
-// task; 0.63 for threads. The sandbox's Pids limit is enforced inside, with
-// EAGAIN at fork (RLIMIT_NPROC per user, and pids.max of the sandbox's own
-// cgroup for all users together, which the agent sets); the host cgroup's
+// sandbox's tasks run on host tasks: a stub process per address space,
+// which goes to a pool for reuse when the process inside exits and is
+// never killed, a stub thread per task running in it, and the sentry's
+// and the gofer's threads (about 20 at rest, hundreds when a fork bomb
+// churns). Measured at a limit of 1024 tasks, once the host tasks stop
+// growing: 2,080 (2.0 per task) for a loop of `sleep &` (an exec leaves
+// the forked address space's stub in the pool), 2,425 (2.4) for bash's
+// `bomb | bomb &`, of which 230 the sentry's. So 3 per task and 512 hold
+// with room. The sandbox's Pids limit is enforced inside, with EAGAIN at
+// fork: pids.max of the sandbox's own cgroup for all users together, and
+// RLIMIT_NPROC per user, which the agent lowers by 64 so that no one user
+// fills the sandbox (see cmd/tupper-agent's limitTasks); the host cgroup's
 // pids.max, hostPids, is the backstop that keeps the host safe if that is
 // bypassed (root inside can raise its cgroup's pids.max or switch uids).
 // Hitting it ends the whole sandbox: the sentry cannot make a thread.
 // See docs/design/limits.md.
 const (
-	hostTasksPerTask = 2
-	hostTasksBase    = 256
+	hostTasksPerTask = 3
+	hostTasksBase    = 512
 )
 
 // The host memory cgroup sits above the sandbox's memory limit by a

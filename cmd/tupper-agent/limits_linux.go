@@ -36,12 +36,19 @@ func enforceLimits(log *slog.Logger) {
 	}
 }
 
-// limitTasks extends the RLIMIT_NPROC that the runtime gave the agent,
-// which counts the tasks of one user, to the whole sandbox: it writes it
-// into pids.max of the sandbox's own pids cgroup (gVisor enforces it with
-// EAGAIN at fork and clone), so that root's and user's processes and
-// threads together stay under it. A sandbox without a finite
-// RLIMIT_NPROC or without the cgroup mounted is left alone.
+// tasksReserve is how many of the sandbox's tasks no single user can take:
+// a runaway user, a fork bomb, stops that many short of the sandbox's
+// limit, so that root can still start a command to end it.
+const tasksReserve = 64
+
+// limitTasks makes the RLIMIT_NPROC that the runtime gave the agent, T,
+// the limit of the whole sandbox: it writes T into pids.max of the
+// sandbox's own pids cgroup (gVisor enforces it with EAGAIN at fork and
+// clone, for the tasks of all users together), and lowers the agent's
+// RLIMIT_NPROC, which every command inherits, to T - tasksReserve (at most
+// an eighth of T), so that no one user fills the sandbox. A sandbox
+// without a finite RLIMIT_NPROC or without the cgroup mounted is left
+// alone.
 func limitTasks(root string) error {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
@@ -50,12 +57,22 @@ func limitTasks(root string) error {
 	if lim.Cur == unix.RLIM_INFINITY {
 		return nil
 	}
+	total := lim.Cur
+	written := false
 	for _, p := range []string{filepath.Join(root, "pids", "pids.max"), filepath.Join(root, "pids.max")} {
-		err := os.WriteFile(p, []byte(strconv.FormatUint(lim.Cur, 10)), 0)
+		err := os.WriteFile(p, []byte(strconv.FormatUint(total, 10)), 0)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		written = true
+		break
 	}
-	return nil
+	if !written {
+		return nil
+	}
+	perUser := total - min(tasksReserve, total/8)
+	return unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: perUser, Max: perUser})
 }
