@@ -269,7 +269,7 @@ func (d *serveDaemon) cleanup(t *testing.T) {
 	if t.Failed() {
 		t.Logf("tupper serve log (%s):\n%s", d.logPath, tailLines(d.log(), 400))
 	}
-	if left := hostLeftovers(d.Root); len(left) > 0 {
+	if left := testutil.Leftovers(t, testutil.Leaks{Root: d.Root}); len(left) > 0 {
 		t.Errorf("the daemon's sandboxes left behind:\n%s", strings.Join(left, "\n"))
 	} else {
 		os.RemoveAll(d.Root)
@@ -350,27 +350,6 @@ func (d *serveDaemon) api(ctx context.Context, method, path string, body any) (i
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, out, err
-}
-
-// hostLeftovers lists what of the sandboxes under root the host still
-// holds: processes whose command line names root, and mounts under it.
-func hostLeftovers(root string) []string {
-	var found []string
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err == nil && bytes.Contains(b, []byte(root+"/")) {
-			found = append(found, "process "+filepath.Base(filepath.Dir(p))+": "+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
-	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, line := range strings.Split(string(mi), "\n") {
-			if strings.Contains(line, root+"/") {
-				found = append(found, "mount: "+line)
-			}
-		}
-	}
-	return found
 }
 
 // tailLines returns the last n lines of s.

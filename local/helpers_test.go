@@ -5,17 +5,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/local"
+	"github.com/lightbearco/tupper/network"
 	"github.com/lightbearco/tupper/sdk"
 )
 
@@ -106,66 +103,19 @@ func run(t testing.TB, sb *sdk.Sandbox, cmd string, opts ...sdk.CommandOption) *
 }
 
 // leftovers lists what the host still holds of the stack at root, beyond
-// the files in baseline (from treeOf) and for the sandboxes ids: processes,
-// mounts, veths, cgroups and state files. What mentions keep (a sandbox
+// the files in baseline (from testutil.Tree; nil skips the file check) and
+// for the sandboxes ids: processes, mounts, interfaces, firewall chains,
+// cgroups, image leases and state files. What mentions keep (a sandbox
 // that still runs) does not count.
-func leftovers(t testing.TB, root string, baseline map[string]bool, keep string, ids ...string) (found []string) {
+func (s *stack) leftovers(t testing.TB, baseline map[string]bool, keep string, ids ...string) []string {
 	t.Helper()
-	defer func() {
-		if keep != "" {
-			found = slices.DeleteFunc(found, func(s string) bool { return strings.Contains(s, keep) })
-		}
-	}()
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err == nil && strings.Contains(string(b), root) {
-			found = append(found, "process "+filepath.Base(filepath.Dir(p))+": "+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
-	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, line := range strings.Split(string(mi), "\n") {
-			if strings.Contains(line, root) {
-				found = append(found, "mount: "+line)
-			}
-		}
-	}
-	links, err := netlink.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range links {
-		if strings.Contains(l.Attrs().Alias, root) {
-			found = append(found, "interface "+l.Attrs().Name+" ("+l.Attrs().Alias+")")
-		}
-	}
+	netDir := filepath.Join(s.cfg.Root, "backends", "gvisor", "net")
+	var ifs []string
 	for _, id := range ids {
-		for _, pattern := range []string{"/sys/fs/cgroup/*/tupper/" + id, "/sys/fs/cgroup/tupper/" + id} {
-			m, _ := filepath.Glob(pattern)
-			for _, p := range m {
-				found = append(found, "cgroup "+p)
-			}
-		}
+		ifs = append(ifs, network.HostIfName(network.DefaultIfPrefix, netDir, id))
 	}
-	if baseline != nil {
-		for p := range treeOf(t, filepath.Join(root, "backends")) {
-			if !baseline[p] {
-				found = append(found, "file "+p)
-			}
-		}
-	}
-	return found
-}
-
-// treeOf lists every path below dir.
-func treeOf(t testing.TB, dir string) map[string]bool {
-	t.Helper()
-	out := map[string]bool{}
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil {
-			out[p] = true
-		}
-		return nil
+	return testutil.Leftovers(t, testutil.Leaks{
+		Root: s.cfg.Root, Baseline: baseline, ImageRoot: s.cfg.ImageRoot,
+		IDs: ids, HostIfs: ifs, Keep: []string{keep},
 	})
-	return out
 }

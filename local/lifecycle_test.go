@@ -158,7 +158,7 @@ func TestTimeoutKillsSandbox(t *testing.T) {
 	if len(killed) != 1 || killed[0].KillReason != "timeout" {
 		t.Errorf("killed records = %+v, want one killed by timeout", killed)
 	}
-	if left := leftovers(t, s.cfg.Root, nil, "", sb.ID()); len(left) > 0 {
+	if left := s.leftovers(t, nil, "", sb.ID()); len(left) > 0 {
 		t.Errorf("the timed-out sandbox left:\n%s", strings.Join(left, "\n"))
 	}
 }
