@@ -441,6 +441,9 @@ func (b *Backend) Stop(ctx context.Context, id string) error {
 	}
 	defer b.locks.lock(id)()
 	begin := time.Now()
+	// A runsc command of a daemon that died mid-Start (or mid-Stop) may
+	// still run on id; cleaning up under it would leave what it makes.
+	b.waitForeignRunsc(ctx, id)
 	dir := b.bundleDir(id)
 	_, statErr := os.Stat(dir)
 	owned := statErr == nil

@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
+	if v := os.Getenv(crashStartEnv); v != "" {
+		return runCrashStart(v)
+	}
 	dir, err := os.MkdirTemp("", "tupper-gvisor-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
