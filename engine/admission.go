@@ -22,6 +22,13 @@ import (
 // with an errdefs.Busy error: 429 with Retry-After on the wire, which the
 // E2B SDKs turn into a RateLimitError (or wait and retry). Everything else
 // (list, get, kill, the data plane) never waits for admission.
+//
+// Turns are shared between teams: while another team has creates under
+// way, one team's creates, booting and waiting together, may hold at most
+// half of the turns and the queue (its share); and a team under its share
+// may wait for a turn even when the queue is full of the creates of a team
+// over its share. So a team that floods the server cannot keep another's
+// creates out. A team runs at most MaxSandboxesPerTeam sandboxes.
 
 // validateAdmission fills the admission defaults of c and checks them.
 func (c *Config) validateAdmission() error {
@@ -39,6 +46,12 @@ func (c *Config) validateAdmission() error {
 	}
 	if c.MaxSandboxes == 0 {
 		c.MaxSandboxes = DefaultMaxSandboxes()
+	}
+	if c.MaxSandboxesPerTeam < 0 {
+		return fmt.Errorf("engine: MaxSandboxesPerTeam must not be negative: %w", errdefs.ErrInvalidArgument)
+	}
+	if c.MaxSandboxesPerTeam == 0 || c.MaxSandboxesPerTeam > c.MaxSandboxes {
+		c.MaxSandboxesPerTeam = c.MaxSandboxes
 	}
 	return nil
 }
@@ -94,8 +107,15 @@ type admission struct {
 	queue int           // most creates waiting
 	wait  time.Duration // longest wait
 
+	// share is the most creates one team may have booting and waiting.
+	share int
+
 	mu      sync.Mutex
 	waiting int
+	// inFlight counts each team's creates booting or waiting, and
+	// booting those past admission, for the per-team cap.
+	inFlight map[string]int
+	booting  map[string]int
 	// creating counts the creates past admission, for the live cap.
 	creating int
 	// took is a moving average of how long a create's turn lasts, for
@@ -104,7 +124,10 @@ type admission struct {
 }
 
 func newAdmission(cfg *Config) *admission {
-	return &admission{turns: make(chan struct{}, cfg.MaxCreating), queue: cfg.MaxQueued, wait: cfg.QueueWait, took: time.Second}
+	return &admission{
+		turns: make(chan struct{}, cfg.MaxCreating), queue: cfg.MaxQueued, wait: cfg.QueueWait, took: time.Second,
+		share: max(1, (cfg.MaxCreating+cfg.MaxQueued+1)/2), inFlight: map[string]int{}, booting: map[string]int{},
+	}
 }
 
 // retryAfter guesses when a turn will be free for a client refused now:
@@ -123,11 +146,46 @@ func (a *admission) retryAfter() time.Duration {
 // refused too.
 func (e *Engine) admit(ctx context.Context) (done func(), err error) {
 	a := e.admission
+	team := DefaultTeam
+	if s, ok := ScopeFrom(ctx); ok {
+		team = s.Team
+	}
+	a.mu.Lock()
+	others, over := false, false
+	for t, n := range a.inFlight {
+		if t != team {
+			others = true
+			over = over || n > a.share
+		}
+	}
+	if others && a.inFlight[team] >= a.share {
+		a.mu.Unlock()
+		after := a.retryAfter()
+		return nil, errdefs.Busy(after, "create: your team has %d creates under way or waiting, its share of this busy server: retry in %v",
+			a.share, after.Round(time.Second))
+	}
+	a.inFlight[team]++
+	// Under its share while another team is over its own: this create
+	// may wait beyond the queue's bound (by at most a share per team).
+	overflow := over
+	a.mu.Unlock()
+	leave := func() {
+		a.mu.Lock()
+		if a.inFlight[team]--; a.inFlight[team] == 0 {
+			delete(a.inFlight, team)
+		}
+		a.mu.Unlock()
+	}
+	defer func() {
+		if err != nil {
+			leave()
+		}
+	}()
 	select {
 	case a.turns <- struct{}{}:
 	default:
 		a.mu.Lock()
-		if a.waiting >= a.queue {
+		if a.waiting >= a.queue && !overflow {
 			a.mu.Unlock()
 			after := a.retryAfter()
 			return nil, errdefs.Busy(after, "create: this server is busy: %d creates are under way and %d more waiting, the most it takes: retry in %v",
@@ -155,21 +213,35 @@ func (e *Engine) admit(ctx context.Context) (done func(), err error) {
 	start := time.Now()
 	a.mu.Lock()
 	a.creating++
-	creating := a.creating
+	a.booting[team]++
+	creating, teamBooting := a.creating, a.booting[team]
 	a.mu.Unlock()
 	end := func() {
 		a.mu.Lock()
 		a.creating--
+		if a.booting[team]--; a.booting[team] == 0 {
+			delete(a.booting, team)
+		}
 		a.took = (3*a.took + time.Since(start)) / 4
 		a.mu.Unlock()
 		<-a.turns
 	}
 	e.mu.Lock()
-	live := len(e.live)
+	live, teamLive := len(e.live), 0
+	for _, l := range e.live {
+		if l.rec.Team == team {
+			teamLive++
+		}
+	}
 	e.mu.Unlock()
 	if live+creating > e.cfg.MaxSandboxes {
 		end()
 		return nil, errdefs.Busy(10*time.Second, "create: this server runs %d sandboxes, its limit (tupper serve --max-sandboxes): kill some, or retry when others end", live)
 	}
-	return end, nil
+	// The team's creates under way count against its cap too.
+	if teamLive+teamBooting > e.cfg.MaxSandboxesPerTeam {
+		end()
+		return nil, errdefs.Busy(10*time.Second, "create: your team runs %d sandboxes, its limit (tupper serve --max-sandboxes-per-team): kill some, or retry when others end", teamLive)
+	}
+	return func() { end(); leave() }, nil
 }

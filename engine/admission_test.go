@@ -256,3 +256,73 @@ func TestFailedCreateIsCleanedAtOnce(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestAdmissionFairAcrossTeams floods the engine with one team's creates,
+// held mid-boot so that they fill every turn and the queue, and checks
+// that another team's create still gets a turn, that the flooding team
+// gets no more than its share while the other waits, and that a per-team
+// cap on live sandboxes holds.
+func TestAdmissionFairAcrossTeams(t *testing.T) {
+	g := newGatedBackend()
+	e := newEngineOn(t, g, func(c *Config) {
+		c.MaxCreating, c.MaxQueued, c.QueueWait, c.MaxSandboxesPerTeam = 2, 3, time.Hour, 4
+	})
+	flood := WithScope(context.Background(), Scope{Team: "flood", Key: "kf"})
+	other := WithScope(context.Background(), Scope{Team: "other", Key: "ko"})
+	type result struct {
+		sb  *Sandbox
+		err error
+	}
+	floods := make(chan result, 12)
+	for range 12 {
+		go func() {
+			sb, err := e.Create(flood, CreateOptions{})
+			floods <- result{sb, err}
+		}()
+	}
+	<-g.started
+	<-g.started
+	// 2 booting, 3 waiting, 7 refused.
+	for range 7 {
+		if r := <-floods; !errors.Is(r.err, errdefs.ErrResourceExhausted) {
+			t.Fatalf("a flooding create beyond the turns and queue: %v, want busy", r.err)
+		}
+	}
+	mine := make(chan result, 1)
+	go func() {
+		sb, err := e.Create(other, CreateOptions{})
+		mine <- result{sb, err}
+	}()
+	select {
+	case r := <-mine:
+		t.Fatalf("the other team's create was answered at once while the flood held every turn: %v", r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	// While the other team waits, the flooding team is over its share.
+	if _, err := e.Create(flood, CreateOptions{}); !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "share") {
+		t.Errorf("a flooding create while another team waits: %v, want refused for its share", err)
+	}
+	close(g.gate)
+	if r := <-mine; r.err != nil {
+		t.Fatalf("the other team's create: %v", r.err)
+	}
+	created := 0
+	for range 5 {
+		if r := <-floods; r.err == nil {
+			created++
+		} else if !errors.Is(r.err, errdefs.ErrResourceExhausted) {
+			t.Errorf("a waiting flood create: %v", r.err)
+		}
+	}
+	// The per-team cap (4) holds: the fifth of the flood's sandboxes was
+	// refused, whatever its turn.
+	if created != 4 {
+		t.Errorf("the flooding team got %d sandboxes, want its cap of 4", created)
+	}
+	if _, err := e.Create(flood, CreateOptions{}); err == nil || !strings.Contains(err.Error(), "max-sandboxes-per-team") {
+		t.Errorf("a create past the team's cap: %v, want refused naming the cap", err)
+	}
+	if _, err := e.Create(other, CreateOptions{}); err != nil {
+		t.Errorf("the other team, under its cap: %v", err)
+	}
+}

@@ -91,6 +91,9 @@ func (o *CreateOptions) validate(cfg *Config) error {
 	if err := o.validateHostMax(cfg); err != nil {
 		return err
 	}
+	if err := checkMetadataSize(o.Metadata); err != nil {
+		return err
+	}
 	if err := checkReservedMetadata("create", o.Metadata); err != nil {
 		return err
 	}
@@ -292,4 +295,27 @@ func newToken() string {
 	b := make([]byte, 24)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Bounds of a create's metadata: it is kept with the sandbox and sent in
+// every listing, so one create must not make listings heavy.
+const (
+	maxMetadataKey   = 256
+	maxMetadataValue = 8 << 10
+	maxMetadataTotal = 64 << 10
+)
+
+// checkMetadataSize refuses metadata past the bounds above.
+func checkMetadataSize(md map[string]string) error {
+	total := 0
+	for k, v := range md {
+		if len(k) == 0 || len(k) > maxMetadataKey || len(v) > maxMetadataValue {
+			return fmt.Errorf("create: metadata key %.40q: keys take 1 to %d bytes and values at most %d: %w", k, maxMetadataKey, maxMetadataValue, errdefs.ErrInvalidArgument)
+		}
+		total += len(k) + len(v)
+	}
+	if total > maxMetadataTotal {
+		return fmt.Errorf("create: metadata of %d bytes is more than the %d a sandbox may carry: %w", total, maxMetadataTotal, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }

@@ -107,6 +107,9 @@ type Config struct {
 	MaxQueued    int
 	QueueWait    time.Duration
 	MaxSandboxes int
+	// MaxSandboxesPerTeam caps the live sandboxes of one team (see
+	// Scope); zero means MaxSandboxes.
+	MaxSandboxesPerTeam int
 
 	// OnKilled, when set, is called with a sandbox's id once it has been
 	// killed, whatever the reason (a request, its timeout, a crash). Data

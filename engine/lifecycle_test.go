@@ -3,9 +3,11 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -247,5 +249,29 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 	}
 	if held, _ := b.List(ctx); len(held) != 0 {
 		t.Errorf("backend holds %v after a failed create", held)
+	}
+}
+
+// TestMetadataBounds checks that a create's metadata, kept with the
+// sandbox and sent in every listing, is bounded with a clear error.
+func TestMetadataBounds(t *testing.T) {
+	e := newFakeEngine(t, backendtest.NewFake(), nil)
+	ctx := context.Background()
+	big := map[string]string{}
+	for i := range 10 {
+		big[fmt.Sprintf("k%d", i)] = strings.Repeat("v", 8<<10)
+	}
+	for name, md := range map[string]map[string]string{
+		"value": {"k": strings.Repeat("v", 8<<10+1)},
+		"key":   {strings.Repeat("k", 257): "v"},
+		"empty": {"": "v"},
+		"total": big,
+	} {
+		if _, err := e.Create(ctx, CreateOptions{Metadata: md}); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "metadata") {
+			t.Errorf("%s: create = %v, want invalid argument naming the metadata", name, err)
+		}
+	}
+	if _, err := e.Create(ctx, CreateOptions{Metadata: map[string]string{"k": strings.Repeat("v", 8<<10)}}); err != nil {
+		t.Errorf("metadata within bounds: %v", err)
 	}
 }

@@ -130,6 +130,7 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 			DefaultTemplate: o.defaultTemplate, DefaultNetwork: defaultPolicy,
 			DefaultDiskMB: o.disk.mb, MaxDiskMB: o.maxDisk.mb,
 			MaxCreating: o.admit.creating, MaxQueued: o.admit.queued, QueueWait: o.admit.queueWait, MaxSandboxes: o.admit.sandboxes,
+			MaxSandboxesPerTeam: o.admit.perTeam,
 		},
 	})
 	if err != nil {
