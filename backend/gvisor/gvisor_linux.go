@@ -558,6 +558,13 @@ func (b *Backend) State(ctx context.Context, id string) (backend.State, error) {
 			return backend.StateStopped, nil
 		}
 	}
+	// runsc failed. Only when it has no state for id at all is the
+	// sandbox known to be gone; any other failure (runsc killed, out of
+	// memory or descriptors, a timeout) is "could not tell", and the
+	// engine must keep the sandbox rather than kill it on a guess.
+	if known, kerr := b.runscKnows(id); kerr != nil || known {
+		return "", fmt.Errorf("sandbox %q: could not tell its state: %w", id, errors.Join(err, kerr))
+	}
 	held, herr := b.holds(ctx, id)
 	if herr != nil {
 		return "", fmt.Errorf("sandbox %q: state: %w", id, errors.Join(err, herr))
@@ -566,6 +573,19 @@ func (b *Backend) State(ctx context.Context, id string) (backend.State, error) {
 		return backend.StateStopped, nil
 	}
 	return "", fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+}
+
+// runscKnows reports whether runsc keeps state for sandbox id: its state
+// file, "<container>_sandbox:<sandbox>.state" in runsc's root.
+func (b *Backend) runscKnows(id string) (bool, error) {
+	_, err := os.Stat(filepath.Join(b.runsc.Root, id+"_sandbox:"+id+".state"))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, err
 }
 
 // holds reports whether the backend has anything at all for id.
