@@ -31,19 +31,25 @@ const (
 // failing halfway through (a record, a bundle, runsc's state).
 const minHostFreeBytes = 64 << 20
 
-// validateDisk fills the disk defaults of c and checks them.
+// validateDisk fills the disk defaults of c and checks them. A maximum
+// below DefaultDiskMB, with no default given, is the default too.
 func (c *Config) validateDisk() error {
 	if c.DefaultDiskMB == 0 {
 		c.DefaultDiskMB = DefaultDiskMB
+		if c.MaxDiskMB != 0 {
+			c.DefaultDiskMB = min(DefaultDiskMB, c.MaxDiskMB)
+		}
 	}
 	if c.MaxDiskMB == 0 {
 		c.MaxDiskMB = max(DefaultMaxDiskMB, c.DefaultDiskMB)
 	}
 	switch {
-	case c.DefaultDiskMB < MinDiskMB:
-		return fmt.Errorf("engine: default disk %d MB is below the %d MB a sandbox needs: %w", c.DefaultDiskMB, MinDiskMB, errdefs.ErrInvalidArgument)
+	case c.DefaultDiskMB < MinDiskMB || c.MaxDiskMB < MinDiskMB:
+		return fmt.Errorf("engine: disk sizes of %d MB (default, tupper serve --disk) and %d MB (maximum, --max-disk): neither may be below the %d MB a sandbox needs: %w",
+			c.DefaultDiskMB, c.MaxDiskMB, MinDiskMB, errdefs.ErrInvalidArgument)
 	case c.DefaultDiskMB > c.MaxDiskMB:
-		return fmt.Errorf("engine: default disk %d MB is above the maximum %d MB: %w", c.DefaultDiskMB, c.MaxDiskMB, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("engine: the default disk size, %d MB (tupper serve --disk), is above the maximum, %d MB (--max-disk): %w",
+			c.DefaultDiskMB, c.MaxDiskMB, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }

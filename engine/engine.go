@@ -79,8 +79,8 @@ type Config struct {
 	DefaultPids     int64
 	// DefaultDiskMB is the disk cap (root and /tmp together) of a sandbox
 	// whose create names none; MaxDiskMB is the largest a create may ask
-	// for. Zeros mean DefaultDiskMB and DefaultMaxDiskMB (or the default,
-	// when that is larger).
+	// for. Zeros mean DefaultDiskMB (or MaxDiskMB, when that is smaller)
+	// and DefaultMaxDiskMB (or the default, when that is larger).
 	DefaultDiskMB int
 	MaxDiskMB     int
 	// MaxMemoryMB and MaxCPUs are the most a create may ask for; zeros

@@ -64,7 +64,7 @@ The first start creates an API key and prints it once.`,
 	f.BoolVar(&o.killOnExit, "kill-on-exit", false, "kill every sandbox when the daemon stops (default: leave them running; the next start re-attaches)")
 	f.StringVar(&o.imageRoot, "image-root", "", "image store directory (default <root>/images)")
 	f.StringVar(&o.defaultTemplate, "default-template", "", `template of creates that name none (default "base")`)
-	f.Var(&o.disk, "disk", "disk size of each sandbox (its writes, /tmp included) unless its create asks for another, such as 10G (default 10G)")
+	f.Var(&o.disk, "disk", "disk size of each sandbox (its writes, /tmp included) unless its create asks for another, such as 10G (default 10G, or --max-disk when smaller)")
 	f.Var(&o.maxDisk, "max-disk", "largest disk size a create may ask for (default 100G, or --disk when larger)")
 	o.net.register(f)
 	o.admit.register(f)
