@@ -29,13 +29,14 @@ import (
 )
 
 // TestChaosDaemonKill kills `tupper serve` with SIGKILL at a random moment
-// (seeded and logged; TUPPER_CHAOS_SEED replays a run) while creates,
-// uploads and a streaming command are in flight, starts it again, and
+// (seeded and logged; TUPPER_CHAOS_SEED replays a run) while creates, a
+// kill, uploads and a streaming command are in flight, starts it again, and
 // checks what a user relies on:
 //
 //   - every create that answered 201 is listed and usable, or reported
 //     killed with its reason; a create that got no answer left nothing
-//     running that is not listed;
+//     running that is not listed; a sandbox whose kill answered is gone
+//     with its reason, one whose kill got no answer is either;
 //   - every upload that answered success reads back whole; one that got
 //     no answer left the old content, the whole new content, or (where
 //     there was none) no file, and never a partial file or a temporary one;
@@ -190,6 +191,10 @@ func (c *chaos) round(t *testing.T, r int, rng *rand.Rand) {
 	t.Logf("round %d: %d creates, %d uploads, a stream; SIGKILL %s", r, creates, len(c.long)*len(chaosUploads),
 		[]string{"after " + killAfter.Round(time.Millisecond).String(), "while runsc create runs", "while runsc start runs"}[mode])
 
+	// A sandbox to kill while the rest goes on.
+	victim := d.createSandbox(t, map[string]any{"timeout": 600, "metadata": map[string]string{"chaos": fmt.Sprintf("r%d-victim", r)}})
+	c.ids = append(c.ids, victim.ID)
+
 	// The stream goes first, so that it is surely under way at the kill.
 	streamer := d.dataPlane(c.long[0])
 	streamCtx, stopStream := context.WithCancel(ctx)
@@ -220,6 +225,15 @@ func (c *chaos) round(t *testing.T, r int, rng *rand.Rand) {
 			createRes[i].at, createRes[i].ended = at, time.Since(begin)
 		})
 	}
+	var killStatus int
+	var killErr error
+	killAt := startAt()
+	wg.Go(func() {
+		time.Sleep(killAt)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		killStatus, _, killErr = d.api(ctx, http.MethodDelete, "/sandboxes/"+victim.ID, nil)
+	})
 	var uploadRes []*uploadResult
 	for _, sb := range c.long {
 		for _, u := range chaosUploads {
@@ -265,6 +279,7 @@ func (c *chaos) round(t *testing.T, r int, rng *rand.Rand) {
 			c.ids = append(c.ids, res.sb.ID)
 		}
 	}
+	t.Logf("kill %s, sent at %v: %d %v", victim.ID, killAt.Round(time.Millisecond), killStatus, killErr)
 	for _, res := range uploadRes {
 		t.Logf("upload %s (%d bytes): %d %v after %v", res.tag, res.size, res.status, res.err, res.elapsed.Round(time.Millisecond))
 	}
@@ -291,6 +306,17 @@ func (c *chaos) round(t *testing.T, r int, rng *rand.Rand) {
 				t.Errorf("long-lived sandbox %s answered %q", sb.ID, out)
 			}
 		}
+		// A kill that answered has happened; one without an answer may
+		// have, or not.
+		if _, ok := listed[victim.ID]; ok && killErr == nil && killStatus == http.StatusNoContent {
+			t.Errorf("sandbox %s is listed after its kill answered 204", victim.ID)
+		} else if ok {
+			if out := d.dataPlane(victim).run(t, "echo ok"); out != "ok\n" {
+				t.Errorf("sandbox %s, whose kill got no answer, is listed and answered %q", victim.ID, out)
+			}
+		} else if status, body := d.getSandbox(t, victim.ID); status != http.StatusNotFound || !strings.Contains(string(body), "killed") {
+			t.Errorf("sandbox %s is not listed, and GET answers %d %s; want 404 saying why it was killed", victim.ID, status, body)
+		}
 		answered := map[string]bool{}
 		for _, res := range createRes {
 			if res.status != http.StatusCreated {
@@ -312,7 +338,7 @@ func (c *chaos) round(t *testing.T, r int, rng *rand.Rand) {
 		// is listed, and must work as any other.
 		for id, md := range listed {
 			tag := md["chaos"]
-			if !strings.HasPrefix(tag, fmt.Sprintf("r%d-", r)) || answered[tag] {
+			if !strings.HasPrefix(tag, fmt.Sprintf("r%d-", r)) || answered[tag] || id == victim.ID {
 				continue
 			}
 			t.Logf("create %s got no answer and made sandbox %s", tag, id)
