@@ -65,6 +65,8 @@ type Backend struct {
 	limitSwap bool
 	pids      *pidBudget
 	locks     idLocks
+	// foreign finds the runsc commands an earlier process left running.
+	foreign foreignRunsc
 }
 
 // New makes a Backend from cfg: it fills in defaults, finds runsc and makes
@@ -163,6 +165,7 @@ func New(cfg Config) (*Backend, error) {
 		sandboxes: sandboxes,
 		limitSwap: swapLimitable(),
 		pids:      pids,
+		foreign:   foreignRunsc{since: time.Now()},
 	}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,60 +23,103 @@ import (
 // and may leave processes that nothing tracks. Stop therefore waits for
 // such commands first.
 
-// orphanPoll is how often Stop looks again for an earlier process's runsc
+// orphanPoll is how often Stop looks again at an earlier process's runsc
 // command on the sandbox it stops.
 const orphanPoll = 20 * time.Millisecond
 
-// waitForeignRunsc waits until no runsc command on sandbox id runs that
-// this process did not start, and kills any that still runs after
+// foreignRunsc holds the runsc commands on this backend's state that other
+// processes left running. They are found once, by a scan of /proc at the
+// first Stop (a scan reads every process's command line: milliseconds on a
+// quiet host, up to a second on one running thousands of processes), and
+// only in the first runscTimeout after New: no other process manages this
+// Root meanwhile, so none can appear later, and by then an earlier
+// process's commands would have hit its own bound. Safe for concurrent use.
+type foreignRunsc struct {
+	since time.Time
+	once  sync.Once
+	mu    sync.Mutex
+	byID  map[string][]foreignCmd
+}
+
+// foreignCmd is one such command: its process and its command line, to
+// tell it from a later process of the same pid.
+type foreignCmd struct {
+	pid     int
+	cmdline string
+}
+
+// take returns the foreign runsc commands on id and forgets them.
+func (f *foreignRunsc) take(command, root, id string) []foreignCmd {
+	if time.Since(f.since) > runscTimeout {
+		return nil
+	}
+	f.once.Do(func() { f.byID = runscCommands(command, root) })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cmds := f.byID[id]
+	delete(f.byID, id)
+	return cmds
+}
+
+// waitForeignRunsc waits until no runsc command on sandbox id runs that an
+// earlier process started, and kills any that still runs after
 // runscTimeout, the bound this process puts on its own. The caller holds
-// id's lock, so no command of this process on id runs meanwhile.
+// id's lock.
 func (b *Backend) waitForeignRunsc(ctx context.Context, id string) {
+	cmds := b.foreign.take(b.runsc.Command, b.runsc.Root, id)
+	if len(cmds) == 0 {
+		return
+	}
+	b.log.Info("waiting for an earlier process's runsc commands on the sandbox to end", "sandbox", id, "commands", len(cmds))
 	deadline := time.Now().Add(runscTimeout)
-	logged := false
 	for {
-		pids := runscCommands(b.runsc.Command, b.runsc.Root, id)
-		if len(pids) == 0 {
+		cmds = slices.DeleteFunc(cmds, func(c foreignCmd) bool { return !c.running() })
+		if len(cmds) == 0 {
 			return
 		}
-		if !logged {
-			b.log.Info("waiting for an earlier process's runsc command on the sandbox to end", "sandbox", id, "pids", pids)
-			logged = true
-		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			for _, pid := range pids {
-				unix.Kill(pid, unix.SIGKILL)
+			for _, c := range cmds {
+				unix.Kill(c.pid, unix.SIGKILL)
 			}
-			b.log.Warn("killed an earlier process's runsc command on the sandbox that did not end", "sandbox", id, "pids", pids)
+			b.log.Warn("killed an earlier process's runsc commands on the sandbox that did not end", "sandbox", id, "commands", len(cmds))
 			return
 		}
 		time.Sleep(orphanPoll)
 	}
 }
 
-// runscCommands returns the processes, not children of this one, that run
-// a runsc command (a binary named as command is) with state directory root
-// on container id. The sandbox and gofer processes of a container do not
-// count: runsc renames them (runsc-sandbox, runsc-gofer).
-func runscCommands(command, root, id string) []int {
+// running reports whether c's process still runs c.
+func (c foreignCmd) running() bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.pid) + "/cmdline")
+	return err == nil && string(b) == c.cmdline
+}
+
+// runscCommands returns, by container id, the processes not started by
+// this one that run a runsc command (a binary named as command is) with
+// state directory root. The sandbox and gofer processes of a container do
+// not count: runsc renames them (runsc-sandbox, runsc-gofer).
+func runscCommands(command, root string) map[string][]foreignCmd {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	var pids []int
+	out := map[string][]foreignCmd{}
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
-		if err != nil || !bytes.Contains(b, []byte(id)) {
+		if err != nil || !bytes.Contains(b, []byte(root)) {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if filepath.Base(args[0]) != filepath.Base(command) || args[len(args)-1] != id || !hasRoot(args, root) {
+		if filepath.Base(args[0]) != filepath.Base(command) || !hasRoot(args, root) {
 			continue
 		}
 		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
 		if err != nil || parentOf(pid) == os.Getpid() {
 			continue
 		}
-		pids = append(pids, pid)
+		// The container is the last argument of the commands that change
+		// state (create, start, delete).
+		id := args[len(args)-1]
+		out[id] = append(out[id], foreignCmd{pid: pid, cmdline: string(b)})
 	}
-	return pids
+	return out
 }
 
 // hasRoot reports whether runsc's arguments args name root as its state
