@@ -118,7 +118,9 @@ type Resources struct {
 // stores it and gives it back to the backend after a restart.
 type Sandbox struct {
 	ID string
-	// AgentAddr is the host:port at which the engine reaches the agent.
+	// AgentAddr is the host:port at which the engine reaches the agent
+	// (and, at other ports of that host, the sandbox's servers), unless
+	// the backend is a Dialer; then it is for diagnostics only.
 	AgentAddr string
 	// Pid is the host pid of the sandbox's root process, for diagnostics.
 	Pid int
