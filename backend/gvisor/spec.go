@@ -18,16 +18,20 @@ const AgentPath = backend.AgentMountDir + "/tupper-agent"
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Host tasks per sandbox task, and the sentry's own. Under systrap a
-// sandbox's tasks run on host tasks: a stub process per address space,
-// which goes to a pool for reuse when the process inside exits and is
-// never killed, a stub thread per task running in it, and the sentry's
-// and the gofer's threads (about 20 at rest, hundreds when a fork bomb
-// churns). Measured at a limit of 1024 tasks, once the host tasks stop
-// growing: 2,080 (2.0 per task) for a loop of `sleep &` (an exec leaves
-// the forked address space's stub in the pool), 2,425 (2.4) for bash's
-// `bomb | bomb &`, of which 230 the sentry's. So 3 per task and 512 hold
-// with room. The sandbox's Pids limit is enforced inside, with EAGAIN at
-// fork: pids.max of the sandbox's own cgroup for all users together, and
+// sandbox's tasks run on host tasks: a stub process per address space, a
+// stub thread per task running in it, and the sentry's and the gofer's
+// threads (about 20 at rest, hundreds when a fork bomb churns). Stubs are
+// never killed: when an address space goes, its stub waits in a pool for
+// the next. And the sentry makes the child's address space, so its stub,
+// before it checks the task limits: a fork that fails with EAGAIN held a
+// stub too, and so does an exec beside the address space it replaces. So
+// the host tasks of a sandbox of n tasks grow past 2n under churn.
+// Measured at a limit of 1024 tasks, once they stop growing: 2,080 (2.0
+// per task) for a loop of `sleep &`; 3,617 (3.5) for bash's
+// `bomb | bomb &` at the sandbox's limit, of which 3,177 stubs and 436
+// sentry threads. So 4 per task and 512 hold, with a quarter to spare.
+// The sandbox's Pids limit is enforced inside, with EAGAIN at fork:
+// pids.max of the sandbox's own cgroup for all users together, and
 // RLIMIT_NPROC per user, which the agent lowers by 64 so that no one user
 // fills the sandbox (see cmd/tupper-agent's limitTasks); the host cgroup's
 // pids.max, hostPids, is the backstop that keeps the host safe if that is
@@ -35,7 +39,7 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 // Hitting it ends the whole sandbox: the sentry cannot make a thread.
 // See docs/design/limits.md.
 const (
-	hostTasksPerTask = 3
+	hostTasksPerTask = 4
 	hostTasksBase    = 512
 )
 
