@@ -403,6 +403,12 @@ func runNFT(ctx context.Context, script string) error {
 	cmd := exec.CommandContext(ctx, nft, "-f", "-")
 	cmd.Stdin = strings.NewReader(script)
 	if out, err := cmd.CombinedOutput(); err != nil {
+		if cerr := context.Cause(ctx); cerr != nil {
+			// Killed because the caller's time ran out (or the 10 s
+			// bound): say so, so that callers can tell a deadline from
+			// a failure of nft's own.
+			return fmt.Errorf("firewall: nft: %w (%v)", cerr, err)
+		}
 		return fmt.Errorf("firewall: nft: %w: %s", err, bytes.TrimSpace(out))
 	}
 	return nil
