@@ -30,7 +30,7 @@ func TestDialCutAtKill(t *testing.T) {
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	})
-	e := newFakeEngine(t, b, func(c *Config) { c.StopRetry = time.Hour })
+	e := newEngineOn(t, b, func(c *Config) { c.StopRetry = time.Hour })
 	sb, err := e.Create(ctx, CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -60,24 +58,6 @@ func (k *killLog) waitKilled(t *testing.T, id string) {
 	}
 }
 
-func newFakeEngine(t *testing.T, b *backendtest.Fake, edit func(*Config)) *Engine {
-	t.Helper()
-	agent := filepath.Join(t.TempDir(), "agent")
-	if err := os.WriteFile(agent, nil, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Root: t.TempDir(), Backend: b, BackendName: "fake", Images: stubImages{t.TempDir()}, AgentPath: agent}
-	if edit != nil {
-		edit(&cfg)
-	}
-	e, err := New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
-}
-
 // killedReason returns the recorded kill reason of sandbox id.
 func killedReason(t *testing.T, e *Engine, id string) string {
 	t.Helper()
@@ -100,7 +80,7 @@ func TestExpiry(t *testing.T) {
 	ctx := context.Background()
 	b := backendtest.NewFake()
 	kills := newKillLog()
-	e := newFakeEngine(t, b, func(c *Config) { c.OnKilled = kills.onKilled })
+	e := newEngineOn(t, b, func(c *Config) { c.OnKilled = kills.onKilled })
 	sb, err := e.Create(ctx, CreateOptions{Timeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +109,7 @@ func TestExpiry(t *testing.T) {
 func TestSetTimeoutRacesExpiry(t *testing.T) {
 	ctx := context.Background()
 	b := backendtest.NewFake()
-	e := newFakeEngine(t, b, nil)
+	e := newEngineOn(t, b, nil)
 	const rounds = 20
 	var wg sync.WaitGroup
 	for i := range rounds {
@@ -165,7 +145,7 @@ func TestStopRetries(t *testing.T) {
 	ctx := context.Background()
 	b := backendtest.NewFake()
 	kills := newKillLog()
-	e := newFakeEngine(t, b, func(c *Config) {
+	e := newEngineOn(t, b, func(c *Config) {
 		c.OnKilled = kills.onKilled
 		c.StopRetry = 100 * time.Millisecond
 	})
@@ -199,7 +179,7 @@ func TestCrashDetected(t *testing.T) {
 	ctx := context.Background()
 	b := backendtest.NewFake()
 	kills := newKillLog()
-	e := newFakeEngine(t, b, func(c *Config) { c.OnKilled = kills.onKilled })
+	e := newEngineOn(t, b, func(c *Config) { c.OnKilled = kills.onKilled })
 	sb, err := e.Create(ctx, CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +212,7 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	b := backendtest.NewFake()
 	imgs := &leasingImages{stubImages: stubImages{t.TempDir()}, leases: map[string]string{}}
-	e := newFakeEngine(t, b, func(c *Config) { c.Images = imgs })
+	e := newEngineOn(t, b, func(c *Config) { c.Images = imgs })
 	b.FailStarts(errors.New("runsc create: no space left on device"))
 	if _, err := e.Create(ctx, CreateOptions{}); err == nil {
 		t.Fatal("a create whose backend failed answered success")
@@ -255,7 +235,7 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 // TestMetadataBounds checks that a create's metadata, kept with the
 // sandbox and sent in every listing, is bounded with a clear error.
 func TestMetadataBounds(t *testing.T) {
-	e := newFakeEngine(t, backendtest.NewFake(), nil)
+	e := newEngineOn(t, backendtest.NewFake(), nil)
 	ctx := context.Background()
 	big := map[string]string{}
 	for i := range 10 {
