@@ -19,7 +19,7 @@ import (
 
 func TestDiskCaps(t *testing.T) {
 	b := backendtest.NewFake()
-	e := newFakeEngine(t, b, func(c *Config) { c.DefaultDiskMB, c.MaxDiskMB = 2048, 4096 })
+	e := newEngineOn(t, b, func(c *Config) { c.DefaultDiskMB, c.MaxDiskMB = 2048, 4096 })
 	ctx := context.Background()
 	tests := []struct {
 		name   string
@@ -99,7 +99,7 @@ func TestHostDiskFullCreate(t *testing.T) {
 	testutil.RequiresRoot(t)
 	mnt := testutil.ScratchFS(t, 64<<20+minHostFreeBytes)
 	b := backendtest.NewFake()
-	e := newFakeEngine(t, b, func(c *Config) { c.Root = filepath.Join(mnt, "engine") })
+	e := newEngineOn(t, b, func(c *Config) { c.Root = filepath.Join(mnt, "engine") })
 	ctx := context.Background()
 
 	filler := filepath.Join(mnt, "filler")

@@ -20,7 +20,7 @@ import (
 func TestCreateLimitsWithinHost(t *testing.T) {
 	ctx := context.Background()
 	b := backendtest.NewFake()
-	e := newFakeEngine(t, b, nil)
+	e := newEngineOn(t, b, nil)
 	hostMB, ok := memTotalKB()
 	if !ok {
 		t.Skip("no /proc/meminfo")
@@ -54,7 +54,7 @@ func TestCreateLimitsWithinHost(t *testing.T) {
 	}
 
 	// An operator's maxima apply, and may not be below the defaults.
-	e2 := newFakeEngine(t, backendtest.NewFake(), func(c *Config) { c.MaxMemoryMB, c.MaxCPUs = 2048, 1 })
+	e2 := newEngineOn(t, backendtest.NewFake(), func(c *Config) { c.MaxMemoryMB, c.MaxCPUs = 2048, 1 })
 	if _, err := e2.Create(ctx, CreateOptions{MemoryMB: 4096}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("create of 4096 MB under a 2048 MB maximum: %v", err)
 	}

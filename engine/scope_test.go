@@ -18,7 +18,7 @@ import (
 // that what it may not see answers exactly as an unknown id.
 func TestScopes(t *testing.T) {
 	b := backendtest.NewFake()
-	e := newFakeEngine(t, b, nil)
+	e := newEngineOn(t, b, nil)
 	bg := context.Background()
 	redA := WithScope(bg, Scope{Team: "red", Key: "key_a"})
 	redC := WithScope(bg, Scope{Team: "red", Key: "key_c"})
@@ -138,7 +138,7 @@ func TestScopes(t *testing.T) {
 // TestReservedMetadata checks that keys under "tupper." can be neither set
 // nor filtered on, by anyone.
 func TestReservedMetadata(t *testing.T) {
-	e := newFakeEngine(t, backendtest.NewFake(), nil)
+	e := newEngineOn(t, backendtest.NewFake(), nil)
 	ctx := context.Background()
 	_, err := e.Create(ctx, CreateOptions{Metadata: map[string]string{"tupper.mcp.owner": "key_x"}})
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `"tupper.mcp.owner"`) || !strings.Contains(err.Error(), "reserved") {
