@@ -72,7 +72,7 @@ type Config struct {
 	MaxTimeout time.Duration
 	// DefaultCPUs, DefaultMemoryMB and DefaultPids are the limits when a
 	// create names none; zeros mean 1 CPU, 1024 MB and 1024 pids (tasks,
-	// threads included: each may cost the host four, and a host spares
+	// threads included: each may cost the host five, and a host spares
 	// only so many; see docs/design/limits.md).
 	DefaultCPUs     float64
 	DefaultMemoryMB int

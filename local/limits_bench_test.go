@@ -2,8 +2,6 @@ package local_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -18,10 +16,10 @@ import (
 // neighbour: the neighbour's command round trip (`echo hi` through the
 // whole stack, Go SDK to agent) while one sandbox spins on every core,
 // while another runs a fork bomb at its limit, and while both do. Each
-// loaded round trip is paired with one taken just before with the noisy
-// sandboxes frozen (their cgroups' freezer), so both figures of a pair
-// see the same machine: other work on the host comes and goes, the ratio
-// stays. The ratio of the medians is the figure to read ("x-idle"); the
+// loaded figure is bracketed by the same round trip with nothing else
+// running, measured just before the noise starts and just after it ends,
+// so that the host's other work, which comes and goes, weighs on both
+// sides. The ratio of the medians is the figure to read ("x-idle"); the
 // target is under 2.
 //
 //	go test -run '^$' -bench NeighbourRoundTrip -benchtime 20x ./local/
@@ -38,6 +36,13 @@ func BenchmarkNeighbourRoundTrip(b *testing.B) {
 			b.Fatalf("neighbour: %v %v", res, err)
 		}
 		return time.Since(begin)
+	}
+	samples := func(b *testing.B, n int) []time.Duration {
+		var d []time.Duration
+		for range n {
+			d = append(d, roundTrip(b))
+		}
+		return d
 	}
 
 	// A spinner with a quota of every core the host has.
@@ -69,22 +74,23 @@ func BenchmarkNeighbourRoundTrip(b *testing.B) {
 	loaded := func(name string, noise ...func(*testing.B) *sdk.Sandbox) {
 		b.Run(name, func(b *testing.B) {
 			b.StopTimer()
-			var ids []string
+			idle := samples(b, b.N)
+			var sbs []*sdk.Sandbox
 			for _, n := range noise {
-				sb := n(b)
-				ids = append(ids, sb.ID())
-				defer sb.Kill(ctx)
+				sbs = append(sbs, n(b))
 			}
-			var idle, busy []time.Duration
+			var busy []time.Duration
 			for range b.N {
-				freeze(b, true, ids...)
-				idle = append(idle, roundTrip(b))
-				freeze(b, false, ids...)
-				time.Sleep(200 * time.Millisecond) // the noise is back in full
 				b.StartTimer()
 				busy = append(busy, roundTrip(b))
 				b.StopTimer()
 			}
+			for _, sb := range sbs {
+				if err := sb.Kill(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			idle = append(idle, samples(b, b.N)...)
 			mi, mb := median(idle), median(busy)
 			b.ReportMetric(float64(mi.Microseconds())/1000, "idle-ms")
 			b.ReportMetric(float64(mb.Microseconds())/1000, "loaded-ms")
@@ -100,37 +106,4 @@ func median(d []time.Duration) time.Duration {
 	d = slices.Clone(d)
 	slices.Sort(d)
 	return d[len(d)/2]
-}
-
-// freeze freezes or thaws the sandboxes ids through their cgroups'
-// freezer (v1) or cgroup.freeze (v2), and waits until it took.
-func freeze(tb testing.TB, frozen bool, ids ...string) {
-	tb.Helper()
-	for _, id := range ids {
-		v1 := filepath.Join("/sys/fs/cgroup/freezer/tupper", id, "freezer.state")
-		v2 := filepath.Join("/sys/fs/cgroup/tupper", id, "cgroup.freeze")
-		file, want := v1, "THAWED"
-		if frozen {
-			want = "FROZEN"
-		}
-		if _, err := os.Stat(v1); err != nil {
-			file, want = v2, "0"
-			if frozen {
-				want = "1"
-			}
-		}
-		if err := os.WriteFile(file, []byte(want), 0); err != nil {
-			tb.Fatalf("freeze %s: %v", id, err)
-		}
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			b, err := os.ReadFile(file)
-			if err == nil && strings.TrimSpace(string(b)) == want {
-				break
-			}
-			if time.Now().After(deadline) {
-				tb.Fatalf("%s: %q, want %s", file, b, want)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
 }

@@ -227,10 +227,10 @@ func TestHostLimitFigures(t *testing.T) {
 		l                 limits
 		wantPids, wantMiB int64
 	}{
-		// pids: 4 host tasks per task and 512; memory: the limit, 64 MiB,
+		// pids: 5 host tasks per task and 512; memory: the limit, 64 MiB,
 		// an eighth of the limit and 96 KiB per host task.
-		{"default", limits{MemoryBytes: 1 << 30, Pids: 1024}, 4608, 1024 + 64 + 128 + 432},
-		{"small", limits{MemoryBytes: 256 << 20, Pids: 64}, 768, 256 + 64 + 32 + 72},
+		{"default", limits{MemoryBytes: 1 << 30, Pids: 1024}, 5632, 1024 + 64 + 128 + 528},
+		{"small", limits{MemoryBytes: 256 << 20, Pids: 64}, 832, 256 + 64 + 32 + 78},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
