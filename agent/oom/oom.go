@@ -42,6 +42,11 @@ var intervals = []struct {
 	{0, 5 * time.Millisecond},
 }
 
+// noVictimBackoff is how long the watcher waits after it found nothing to
+// kill over the limit: the memory is held by what killing cannot free
+// (shared memory, the agent itself) or by spared processes.
+const noVictimBackoff = time.Second
+
 // victimTimeout bounds the wait for a killed process to vanish before the
 // watcher looks for another victim.
 const victimTimeout = 2 * time.Second
@@ -108,10 +113,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 			t.Reset(time.Second)
 			continue
 		}
-		if m.Available <= w.slack(m.Total) {
-			w.killOne(ctx, m)
+		next := interval(m)
+		if m.Available <= w.slack(m.Total) && !w.killOne(ctx, m) {
+			// Nothing to kill, or the kill failed: look again in a while
+			// rather than spin.
+			next = noVictimBackoff
 		}
-		t.Reset(interval(m))
+		t.Reset(next)
 	}
 }
 
@@ -133,18 +141,19 @@ func interval(m meminfo) time.Duration {
 	return intervals[len(intervals)-1].interval
 }
 
-// killOne kills the process with the highest score and waits for it to
-// be gone. It logs and returns when there is none to kill.
-func (w *Watcher) killOne(ctx context.Context, m meminfo) {
+// killOne kills the process with the highest score, waits for it to be
+// gone and reports whether it killed one. It logs and returns false when
+// there is none to kill.
+func (w *Watcher) killOne(ctx context.Context, m meminfo) bool {
 	procs, err := scan(w.cfg.Proc, w.self)
 	if err != nil {
 		w.log.Warn("oom: list processes", "err", err)
-		return
+		return false
 	}
 	v, ok := pickVictim(procs, m.Total)
 	if !ok {
 		w.log.Warn("out of memory, and no process to kill", "used_mib", (m.Total-m.Available)>>20, "limit_mib", m.Total>>20)
-		return
+		return false
 	}
 	reason := fmt.Sprintf("the sandbox's memory limit is %d MiB", m.Total>>20)
 	undo := func() {}
@@ -153,14 +162,16 @@ func (w *Watcher) killOne(ctx context.Context, m meminfo) {
 	}
 	if err := killProcess(w.cfg.Proc, v); err != nil {
 		undo()
-		if !errors.Is(err, errGone) {
-			w.log.Warn("oom: kill", "pid", v.pid, "err", err)
+		if errors.Is(err, errGone) {
+			return true // it went by itself: look again at once
 		}
-		return
+		w.log.Warn("oom: kill", "pid", v.pid, "err", err)
+		return false
 	}
 	w.log.Warn("out of memory: killed process", "pid", v.pid, "comm", v.comm, "rss_mib", v.rss>>20,
 		"used_mib", (m.Total-m.Available)>>20, "limit_mib", m.Total>>20)
 	w.waitGone(ctx, v)
+	return true
 }
 
 // waitGone waits until v has left the process table (its memory is

@@ -251,6 +251,56 @@ func TestWatcherKillsTheLargest(t *testing.T) {
 	}
 }
 
+// Over the limit with only spared processes, the watcher kills nothing
+// and goes on watching.
+func TestWatcherSparesAdjMinus1000(t *testing.T) {
+	p := newFakeProc(t)
+	p.setMeminfo(t, 1024, 900)
+	spared := p.start(t, 8)
+	// Its entry: the real stat, and an oom_score_adj of -1000 (writing the
+	// real one takes CAP_SYS_RESOURCE, which a test may lack).
+	dir := filepath.Join(p.dir, strconv.Itoa(spared.Process.Pid))
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(fmt.Sprintf("/proc/%d/stat", spared.Process.Pid), filepath.Join(dir, "stat")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "oom_score_adj"), []byte("-1000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	marked := 0
+	w := New(Config{
+		Proc: p.dir,
+		Mark: func(int, string) func() {
+			mu.Lock()
+			defer mu.Unlock()
+			marked++
+			return func() {}
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	p.setMeminfo(t, 1024, 4)
+	time.Sleep(500 * time.Millisecond)
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Errorf("Run = %v", err)
+	}
+	if marked != 0 {
+		t.Errorf("marked %d processes, want none", marked)
+	}
+	if err := spared.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the spared helper was killed: %v", err)
+	}
+}
+
 func TestRunNeedsMeminfo(t *testing.T) {
 	w := New(Config{Proc: t.TempDir()})
 	if err := w.Run(context.Background()); err == nil {
