@@ -3,6 +3,7 @@
 package image_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -61,7 +62,11 @@ func TestBuildDebian(t *testing.T) {
 	s := newStore(t)
 	rec := &recorder{}
 	start := time.Now()
-	img, err := s.BuildDebian(ctx(t), "tiny", image.BuildOptions{Packages: []string{"bash"}}, rec)
+	// Half a minute on an idle machine; a loaded one (the suite runs
+	// packages side by side) takes several times that.
+	bctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	img, err := s.BuildDebian(bctx, "tiny", image.BuildOptions{Packages: []string{"bash"}}, rec)
 	if err != nil {
 		t.Fatalf("BuildDebian: %v", err)
 	}
