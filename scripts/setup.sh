@@ -55,3 +55,17 @@ say "building bin/tupper and bin/tupper-agent"
 mkdir -p bin
 CGO_ENABLED=0 go build -trimpath -o bin/tupper ./cmd/tupper
 CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/tupper-agent ./cmd/tupper-agent
+
+# The npm packages under js/ (e2e/js_test.go builds and tests them), from
+# their lock files; a tree installed from the same lock file is kept, under
+# the stamp the e2e tests' npm ci writes too.
+if command -v npm >/dev/null; then
+  for dir in js/*/; do
+    [ -f "$dir/package-lock.json" ] || continue
+    sum=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+    [ "$(cat "$dir/node_modules/.tupper-lock-sha256" 2>/dev/null)" = "$sum" ] && continue
+    say "installing the npm packages of ${dir%/}"
+    (cd "$dir" && npm ci --prefer-offline --no-audit --no-fund --loglevel=error --cache "$CACHE/npm")
+    printf '%s' "$sum" > "$dir/node_modules/.tupper-lock-sha256"
+  done
+fi
