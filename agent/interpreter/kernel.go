@@ -1,0 +1,314 @@
+package interpreter
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A kernel runs one context's cells, one at a time, and keeps the state
+// they leave. Its methods are called by one goroutine at a time, except
+// close, which may come from anywhere.
+type kernel interface {
+	// execute runs code with env added to the environment, sends its
+	// output to out in order, and returns when the cell has ended. When
+	// ctx ends first, it interrupts the cell and still waits for its end;
+	// a cell that ignores the interrupt ends with errUnresponsive, and the
+	// kernel is then closed.
+	execute(ctx context.Context, code string, env map[string]string, out sink) error
+	// close ends the kernel's processes. A running execute returns
+	// errKernelGone.
+	close()
+}
+
+// sink receives one cell's output.
+type sink interface {
+	stream(name, text string)
+	result(data map[string]any, main bool)
+	fail(name, value, traceback string)
+	count(n int)
+}
+
+var (
+	// errKernelGone: the kernel's process ended (it was closed, ran out
+	// of memory, or the cell ended it) before the cell did.
+	errKernelGone = errors.New("the kernel's process ended")
+	// errUnresponsive: the cell ignored the interrupt.
+	errUnresponsive = errors.New("the cell did not stop when interrupted")
+)
+
+// Bounds on a kernel's life.
+const (
+	// interruptGrace is how long a cell has to end once interrupted
+	// before its kernel is closed.
+	interruptGrace = 5 * time.Second
+	// maxEventLine bounds one event from a kernel: a large image or
+	// DataFrame is a few megabytes.
+	maxEventLine = 64 << 20
+)
+
+// event is one line a kernel process writes on descriptor 3.
+type event struct {
+	Ev        string         `json:"ev"`
+	Name      string         `json:"name,omitempty"`
+	Text      string         `json:"text,omitempty"`
+	Data      map[string]any `json:"data,omitempty"`
+	Main      bool           `json:"main,omitempty"`
+	Value     string         `json:"value,omitempty"`
+	Traceback string         `json:"traceback,omitempty"`
+	N         int            `json:"n,omitempty"`
+	Message   string         `json:"message,omitempty"`
+}
+
+// procKernel is a kernel in a process of its own that reads commands as
+// JSON lines on stdin and writes events on descriptor 3: the Python
+// bridge and the JavaScript driver (kernels/).
+type procKernel struct {
+	lang  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	// interrupt asks the process to interrupt the running cell.
+	interrupt func() error
+	events    chan event
+	exited    chan struct{}
+	log       *slog.Logger
+
+	mu  sync.Mutex
+	out sink // the running cell's, for what the process prints directly
+}
+
+// startProcKernel starts argv in dir with env and waits for its ready
+// event. interrupt is called with the kernel when a cell must stop.
+func startProcKernel(ctx context.Context, spec kernelSpec, interrupt func(*procKernel) error) (*procKernel, error) {
+	// Pipes of our own rather than exec's: exec's Wait would close them
+	// under the readers, losing the last of what the process wrote.
+	var pipes [4][2]*os.File // stdin, stdout, stderr, events
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, p := range pipes[:i] {
+				p[0].Close()
+				p[1].Close()
+			}
+			return nil, err
+		}
+		pipes[i] = [2]*os.File{r, w}
+	}
+	cmd := exec.Command(spec.argv[0], spec.argv[1:]...)
+	cmd.Dir = spec.dir
+	cmd.Env = spec.env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0][0], pipes[1][1], pipes[2][1]
+	cmd.ExtraFiles = []*os.File{pipes[3][1]}
+	// Its own process group: closing the kernel ends what its cells
+	// started too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	err := cmd.Start()
+	// The child's ends.
+	pipes[0][0].Close()
+	pipes[1][1].Close()
+	pipes[2][1].Close()
+	pipes[3][1].Close()
+	if err != nil {
+		pipes[0][1].Close()
+		pipes[1][0].Close()
+		pipes[2][0].Close()
+		pipes[3][0].Close()
+		return nil, fmt.Errorf("start the %s kernel: %w", spec.lang, err)
+	}
+	k := &procKernel{lang: spec.lang, cmd: cmd, stdin: pipes[0][1], events: make(chan event, 64), exited: make(chan struct{}), log: spec.log}
+	k.interrupt = func() error { return interrupt(k) }
+	go k.relay("stdout", pipes[1][0], spec.rawOutput)
+	go k.relay("stderr", pipes[2][0], spec.rawOutput)
+	go k.readEvents(pipes[3][0])
+	go func() {
+		err := cmd.Wait()
+		k.log.Debug("kernel exited", "language", spec.lang, "err", err)
+		close(k.exited)
+	}()
+
+	select {
+	case ev, ok := <-k.events:
+		switch {
+		case ok && ev.Ev == "ready":
+			return k, nil
+		case ok && ev.Ev == "fatal":
+			k.close()
+			return nil, errors.New(ev.Message)
+		default:
+			k.close()
+			return nil, fmt.Errorf("the %s kernel exited while starting: see the interpreter's log", spec.lang)
+		}
+	case <-ctx.Done():
+		k.close()
+		return nil, fmt.Errorf("start the %s kernel: %w", spec.lang, context.Cause(ctx))
+	}
+}
+
+// kernelSpec is how to start a kernel process.
+type kernelSpec struct {
+	lang string
+	argv []string
+	dir  string
+	env  []string
+	log  *slog.Logger
+	// rawOutput says whether what the process writes to its stdout and
+	// stderr is the running cell's output (node: what the cell's child
+	// processes print) or only the kernel's own log (python: ipykernel
+	// already forwards the cell's output as events).
+	rawOutput bool
+}
+
+// readEvents decodes the process's events until it closes descriptor 3.
+func (k *procKernel) readEvents(f *os.File) {
+	defer close(k.events)
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 64<<10)
+	for {
+		line, err := readLine(r, maxEventLine)
+		switch {
+		case errors.Is(err, errLineTooLong):
+			k.log.Warn("dropped an event from the kernel", "language", k.lang, "err", err)
+			continue
+		case err != nil:
+			return
+		}
+		var ev event
+		if err := json.Unmarshal(line, &ev); err != nil {
+			k.log.Warn("malformed event from the kernel", "language", k.lang, "err", err)
+			continue
+		}
+		k.events <- ev
+	}
+}
+
+var errLineTooLong = fmt.Errorf("an event longer than %d bytes", maxEventLine)
+
+// readLine reads one line without its newline. A line longer than max is
+// consumed whole and answered with errLineTooLong; a last line without a
+// newline is dropped with the reader's error.
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	tooLong := false
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if !tooLong && len(line)+len(chunk) > max+1 {
+			tooLong, line = true, nil
+		}
+		if !tooLong {
+			line = append(line, chunk...)
+		}
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case err != nil:
+			return nil, err
+		case tooLong:
+			return nil, errLineTooLong
+		}
+		return line[:len(line)-1], nil
+	}
+}
+
+// relay passes what the process writes on one of its standard streams to
+// the running cell when toCell, else to the log.
+func (k *procKernel) relay(name string, r *os.File, toCell bool) {
+	defer r.Close()
+	buf := make([]byte, 32<<10)
+	var rest []byte
+	for {
+		n, err := r.Read(buf)
+		var text []byte
+		text, rest = splitUTF8(append(rest, buf[:n]...))
+		if err != nil {
+			text = append(text, rest...)
+		}
+		if len(text) > 0 {
+			k.mu.Lock()
+			out := k.out
+			k.mu.Unlock()
+			if toCell && out != nil {
+				out.stream(name, string(text))
+			} else {
+				k.log.Debug("kernel output", "language", k.lang, "stream", name, "text", string(text))
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (k *procKernel) execute(ctx context.Context, code string, env map[string]string, out sink) error {
+	k.mu.Lock()
+	k.out = out
+	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		k.out = nil
+		k.mu.Unlock()
+	}()
+	if err := k.writeCommand(map[string]any{"op": "execute", "code": code, "env": env}); err != nil {
+		return errKernelGone
+	}
+	done := ctx.Done()
+	var grace <-chan time.Time
+	for {
+		select {
+		case ev, ok := <-k.events:
+			if !ok {
+				return errKernelGone
+			}
+			switch ev.Ev {
+			case "stream":
+				out.stream(ev.Name, ev.Text)
+			case "result":
+				out.result(ev.Data, ev.Main)
+			case "error":
+				out.fail(ev.Name, ev.Value, ev.Traceback)
+			case "count":
+				out.count(ev.N)
+			case "done":
+				return nil
+			case "died":
+				k.log.Warn("kernel died", "language", k.lang, "message", ev.Message)
+			}
+		case <-done:
+			done = nil
+			if err := k.interrupt(); err != nil {
+				k.log.Warn("interrupt the kernel", "language", k.lang, "err", err)
+			}
+			t := time.NewTimer(interruptGrace)
+			defer t.Stop()
+			grace = t.C
+		case <-grace:
+			k.close()
+			return errUnresponsive
+		}
+	}
+}
+
+func (k *procKernel) close() {
+	k.stdin.Close()
+	// The whole group: the kernel and what its cells started.
+	_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+	<-k.exited
+}
+
+// writeCommand sends one command line to the process.
+func (k *procKernel) writeCommand(cmd map[string]any) error {
+	b, err := json.Marshal(cmd)
+	if err != nil {
+		return err
+	}
+	_, err = k.stdin.Write(append(b, '\n'))
+	return err
+}
