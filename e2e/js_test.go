@@ -16,10 +16,11 @@ import (
 // jsPackages are the npm packages under js/ that adapt agent frameworks to
 // Tupper. Each builds with `npm run build` (tsc) and tests itself with
 // `npm test` (node --test) against the daemon in TUPPER_API_URL.
-var jsPackages = []string{"deepagents"}
+var jsPackages = []string{"deepagents", "mastra"}
 
 // TestJS builds every package under js/ and runs its node tests against a
-// real `tupper serve`: deepagents' whole agent loop on @tupper/deepagents.
+// real `tupper serve`: deepagents' whole agent loop on @tupper/deepagents,
+// a Mastra workspace on @tupper/mastra and on the published @mastra/e2b.
 // The packages see the daemon only through TUPPER_API_URL and
 // TUPPER_API_KEY.
 func TestJS(t *testing.T) {

@@ -1,0 +1,11 @@
+process.env.E2B_API_URL = process.env.TUPPER_API_URL;
+process.env.E2B_SANDBOX_URL = process.env.TUPPER_API_URL;
+process.env.E2B_API_KEY = process.env.TUPPER_API_KEY;
+const { E2BSandbox } = await import("@mastra/e2b");
+const sb = new E2BSandbox({ template: "base" });
+await sb._start();
+const t0 = Date.now();
+const h = await sb.processes.spawn("sleep 120; echo finished");
+const r = await h.wait();
+console.log("after", Math.round((Date.now() - t0) / 1000), "s:", JSON.stringify(r).slice(0, 300));
+await sb._destroy();
