@@ -19,9 +19,12 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # Debian packages: mmdebstrap builds images, iproute2 and nftables wire
-# sandbox networks, busybox-static makes tiny test images.
+# sandbox networks, busybox-static makes tiny test images. The Jupyter
+# kernel and TypeScript are what the code interpreter's own tests run on
+# the host (agent/interpreter), as the code-interpreter template has them.
 need=()
-for pkg in mmdebstrap iproute2 iptables nftables busybox-static ca-certificates; do
+for pkg in mmdebstrap iproute2 iptables nftables busybox-static ca-certificates \
+  python3-ipykernel python3-jupyter-client python3-matplotlib python3-pandas node-typescript; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
