@@ -8,10 +8,12 @@ CMD ?= python3 -c 'import platform; print("hello from", platform.uname().system,
 setup build:
 	scripts/setup.sh
 
-# base builds the default template the first time (a few minutes: Debian
-# bookworm with python3, node, git…); later runs find it and return.
+# base builds the default template and the code interpreter's the first
+# time (a few minutes: Debian bookworm with python3, node, git…, then
+# Jupyter, numpy, pandas and matplotlib); later runs find them and return.
 base: setup
 	bin/tupper image ls --quiet | grep -qx base || bin/tupper image build base
+	bin/tupper image ls --quiet | grep -qx code-interpreter || bin/tupper image build code-interpreter
 
 # run starts the daemon: the E2B-compatible API on $(ADDR). The first start
 # prints an API key and the three E2B_* variables to export.

@@ -93,6 +93,24 @@ func startServeDaemonIn(t *testing.T, root string, args ...string) *serveDaemon 
 func baseTemplate(t *testing.T) string {
 	t.Helper()
 	storeRoot, name := testutil.TestImage(t)
+	tagTestImage(t, storeRoot, name, "base")
+	return storeRoot
+}
+
+// startInterpreterDaemon is startServeDaemon with the code-interpreter
+// template too (testutil.InterpreterImage, built once per machine), as
+// `tupper image build code-interpreter` makes it.
+func startInterpreterDaemon(t *testing.T, args ...string) *serveDaemon {
+	t.Helper()
+	testutil.RequiresRunsc(t)
+	storeRoot, name := testutil.InterpreterImage(t)
+	tagTestImage(t, storeRoot, name, image.CodeInterpreterTemplate)
+	return startServeDaemon(t, args...)
+}
+
+// tagTestImage makes sure the shared test store also names image name tag.
+func tagTestImage(t *testing.T, storeRoot, name, tag string) {
+	t.Helper()
 	store, err := image.Open(image.Config{Root: storeRoot})
 	if err != nil {
 		t.Fatalf("open the test image store: %v", err)
@@ -104,13 +122,12 @@ func baseTemplate(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("resolve the test image %s: %v", name, err)
 	}
-	if got, err := store.Resolve(ctx, "base"); err == nil && got.ID == want.ID {
-		return storeRoot
+	if got, err := store.Resolve(ctx, tag); err == nil && got.ID == want.ID {
+		return
 	}
-	if err := store.Tag(ctx, name, "base"); err != nil {
-		t.Fatalf("tag the test image %s as base: %v", name, err)
+	if err := store.Tag(ctx, name, tag); err != nil {
+		t.Fatalf("tag the test image %s as %s: %v", name, tag, err)
 	}
-	return storeRoot
 }
 
 // freeLoopbackAddr returns 127.0.0.1:PORT for a port free right now. The

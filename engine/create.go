@@ -10,12 +10,14 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/engine/store"
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/netpolicy"
 )
 
@@ -134,6 +136,9 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		ref = template
 	}
 	img, err := e.cfg.Images.Resolve(ctx, ref)
+	if alias, ok := image.TemplateAliases[ref]; ok && opts.Image == "" && errdefs.IsNotFound(err) {
+		img, err = e.cfg.Images.Resolve(ctx, alias)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create: %w", err)
 	}
@@ -150,6 +155,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		StartedAt: now, EndAt: now.Add(timeout),
 		Network: opts.Network, AllowInternetAccess: opts.AllowInternetAccess,
 		Secure: opts.Secure, AutoPause: opts.AutoPause,
+		CodeInterpreterPort: codeInterpreterPort(img),
 	}
 	if sb.TemplateID == "" {
 		sb.TemplateID = ref
@@ -173,7 +179,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		ID:        sb.ID,
 		RootFS:    img.RootFS,
 		Env:       sandboxEnv(img.Config.Env, opts.Env, sb.AccessToken),
-		Agent:     backend.Agent{Path: e.cfg.AgentPath, Args: []string{"--addr", fmt.Sprintf(":%d", backend.AgentPort)}},
+		Agent:     backend.Agent{Path: e.cfg.AgentPath, Args: agentArgs(sb)},
 		Resources: backend.Resources{CPUs: sb.CPUs, MemoryBytes: int64(sb.MemoryMB) << 20, Pids: orDefault(opts.Pids, e.cfg.DefaultPids), DiskBytes: int64(sb.DiskMB) << 20},
 		Labels:    map[string]string{"template": sb.TemplateID},
 		Network:   netpolicy.WithInternet(sb.Network, sb.AllowInternetAccess),
@@ -270,6 +276,25 @@ func sandboxEnv(imageEnv []string, env map[string]string, token string) []string
 		out = append(out, k+"="+env[k])
 	}
 	return append(out, "TUPPER_ACCESS_TOKEN="+token)
+}
+
+// codeInterpreterPort is the port the image's sandboxes serve the code
+// interpreter on (its image.LabelCodeInterpreter), or 0.
+func codeInterpreterPort(img *image.Image) int {
+	p, err := strconv.Atoi(img.Config.Labels[image.LabelCodeInterpreter])
+	if err != nil || p <= 0 || p > 65535 || p == backend.AgentPort {
+		return 0
+	}
+	return p
+}
+
+// agentArgs is the agent's command line for sb.
+func agentArgs(sb *Sandbox) []string {
+	args := []string{"--addr", fmt.Sprintf(":%d", backend.AgentPort)}
+	if sb.CodeInterpreterPort != 0 {
+		args = append(args, "--code-interpreter", fmt.Sprintf(":%d", sb.CodeInterpreterPort))
+	}
+	return args
 }
 
 func orDefault[T comparable](v, def T) T {

@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +37,47 @@ var BaseTemplatePackages = []string{
 	"git", "curl", "ca-certificates", "iproute2", "sudo",
 }
 
+// CodeInterpreterTemplate is the template of E2B's code interpreter:
+// base's packages and what the interpreter's kernels need (Jupyter's
+// Python kernel with numpy, pandas and matplotlib; TypeScript). Its images
+// carry LabelCodeInterpreter, so sandboxes made from them serve the
+// interpreter (package agent/interpreter) on port 49999.
+const CodeInterpreterTemplate = "code-interpreter"
+
+// CodeInterpreterPackages are the Debian packages of the code-interpreter
+// template on top of BaseTemplatePackages.
+var CodeInterpreterPackages = []string{
+	"python3-ipykernel", "python3-jupyter-client",
+	"python3-numpy", "python3-pandas", "python3-matplotlib", "python3-matplotlib-inline",
+	"node-typescript", "fonts-dejavu-core",
+}
+
+// LabelCodeInterpreter, on an image, is the port its sandboxes serve the
+// code interpreter on.
+const LabelCodeInterpreter = "dev.tupper.code-interpreter.port"
+
+// Recipe is how a named template is built.
+type Recipe struct {
+	Packages []string
+	Labels   map[string]string
+}
+
+// Recipes are the templates Tupper knows how to build by name alone
+// (`tupper image build NAME`).
+var Recipes = map[string]Recipe{
+	BaseTemplate: {Packages: BaseTemplatePackages},
+	CodeInterpreterTemplate: {
+		Packages: append(slices.Clone(BaseTemplatePackages), CodeInterpreterPackages...),
+		Labels:   map[string]string{LabelCodeInterpreter: "49999"},
+	},
+}
+
+// TemplateAliases are other names of the templates: the names E2B's SDKs
+// ask for by default.
+var TemplateAliases = map[string]string{
+	"code-interpreter-v1": CodeInterpreterTemplate,
+}
+
 // The account every built image gets unless BuildOptions.NoUser is set.
 const (
 	UserName = "user"
@@ -54,6 +97,8 @@ type BuildOptions struct {
 	Packages []string
 	// Mirror is the Debian mirror URL; empty means mmdebstrap's default.
 	Mirror string
+	// Labels become the image's OCI labels.
+	Labels map[string]string
 	// NoUser leaves out the "user" account (uid and gid 1000, home
 	// /home/user, shell /bin/bash, password-less sudo if sudo is installed).
 	NoUser bool
@@ -181,7 +226,8 @@ func (s *Store) BuildDebian(ctx context.Context, name string, opts BuildOptions,
 				"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 				"LANG=C.UTF-8",
 			},
-			Cmd: []string{"/bin/bash"},
+			Cmd:    []string{"/bin/bash"},
+			Labels: opts.Labels,
 		},
 		RootFS:  v1.RootFS{Type: "layers", DiffIDs: []v1.Hash{diffID}},
 		History: []v1.History{{Created: v1.Time{Time: now}, CreatedBy: recipe}},
@@ -206,10 +252,15 @@ func (s *Store) BuildDebian(ctx context.Context, name string, opts BuildOptions,
 	return img, nil
 }
 
-// BuildBase builds the base template (BaseTemplate, from BaseTemplatePackages,
-// with the user account) from Debian bookworm.
-func (s *Store) BuildBase(ctx context.Context, progress Progress) (*Image, error) {
-	return s.BuildDebian(ctx, BaseTemplate, BuildOptions{Packages: BaseTemplatePackages}, progress)
+// BuildRecipe builds the template name from its recipe in Recipes, from
+// Debian bookworm with the user account.
+func (s *Store) BuildRecipe(ctx context.Context, name string, progress Progress) (*Image, error) {
+	r, ok := Recipes[name]
+	if !ok {
+		return nil, fmt.Errorf("build %s: no recipe by that name (known: %s): name the packages instead: %w",
+			name, strings.Join(slices.Sorted(maps.Keys(Recipes)), ", "), errdefs.ErrNotFound)
+	}
+	return s.BuildDebian(ctx, name, BuildOptions{Packages: r.Packages, Labels: r.Labels}, progress)
 }
 
 // runBuilder runs a build command, streaming its output lines to progress.

@@ -119,6 +119,7 @@ func (s *Store) ingest(ctx context.Context, req ingestRequest, rep *reporter) (*
 			Cmd:        cfg.Config.Cmd,
 			WorkingDir: cfg.Config.WorkingDir,
 			User:       cfg.Config.User,
+			Labels:     cfg.Config.Labels,
 		},
 		Size:    size,
 		Created: created,

@@ -76,6 +76,9 @@ type ImageConfig struct {
 	Cmd        []string `json:"cmd,omitempty"`
 	WorkingDir string   `json:"workingDir,omitempty"`
 	User       string   `json:"user,omitempty"`
+	// Labels are the image's OCI labels; LabelCodeInterpreter among
+	// them tells the engine to start the code interpreter.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Open opens the store at cfg.Root, creating its directories if needed.
@@ -132,6 +135,13 @@ func (s *Store) rootfsPath(chainID string) string {
 
 // notFound is the error for a name that matches no image.
 func notFound(name string) error {
+	short := strings.TrimSuffix(name, ":latest")
+	if alias, ok := TemplateAliases[short]; ok {
+		short = alias
+	}
+	if _, ok := Recipes[short]; ok {
+		return fmt.Errorf("image %q not found: build it with `tupper image build %s` (a few minutes, once): %w", name, short, errdefs.ErrNotFound)
+	}
 	return fmt.Errorf("image %q not found: pull it with `tupper image pull` or build it with `tupper image build`: %w", name, errdefs.ErrNotFound)
 }
 

@@ -34,6 +34,9 @@ type proxyTarget struct {
 	port      int // inside the sandbox
 	// agent is set when port is the sandbox's agent's.
 	agent bool
+	// ownServer is set when port is served by Tupper's own code in the
+	// sandbox (the code interpreter), which may see the envd token.
+	ownServer bool
 	// keepHost keeps the client's Host header, for requests to the
 	// sandbox's own servers through getHost(port).
 	keepHost bool
@@ -123,9 +126,11 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			}
 			stripAPIKeys(pr.Out.Header)
 			stripAPIKeysFromQuery(pr.Out.URL)
-			if !t.agent {
+			if !t.agent && !t.ownServer {
 				// The envd token opens the agent, which runs commands as
 				// root: a server of the sandbox's own must never see it.
+				// Tupper's code interpreter checks it on /execute, where
+				// E2B's SDKs send it.
 				pr.Out.Header.Del(headerAccessToken)
 			}
 		},
@@ -224,7 +229,11 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		writeDataError(w, r, http.StatusUnauthorized, err.Error())
 		return
 	}
-	s.forward(w, r, &proxyTarget{sandboxID: id, port: port, agent: port == agentPort, keepHost: byHost && port != agentPort})
+	s.forward(w, r, &proxyTarget{
+		sandboxID: id, port: port, agent: port == agentPort,
+		ownServer: sb.CodeInterpreterPort != 0 && port == sb.CodeInterpreterPort,
+		keepHost:  byHost && port != agentPort,
+	})
 }
 
 // sandboxGone answers a data-plane request for a sandbox the engine does

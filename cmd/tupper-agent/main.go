@@ -15,9 +15,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "tupper-agent:", err)
 		os.Exit(1)
 	}
-	opts, err := parseFlags(os.Args[1:])
-	if err == nil {
-		err = run(opts)
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == interpreterCommand {
+		err = serveCodeInterpreter(os.Args[2:])
+	} else {
+		var opts options
+		if opts, err = parseFlags(os.Args[1:]); err == nil {
+			err = run(opts)
+		}
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return

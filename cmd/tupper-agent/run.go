@@ -41,6 +41,9 @@ type options struct {
 	tokenFile    string
 	tokenFD      int
 	noEnsureUser bool
+	// codeInterpreter is where to serve the code interpreter; empty for
+	// none.
+	codeInterpreter string
 	version      bool
 	logOut       io.Writer
 }
@@ -53,6 +56,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.tokenFile, "access-token-file", "", "file holding the access token requests must carry (default: $"+tokenEnv+", else none)")
 	fs.IntVar(&o.tokenFD, "access-token-fd", -1, "descriptor to read the access token from (set by the agent itself, see hideToken)")
 	fs.BoolVar(&o.noEnsureUser, "no-ensure-user", false, "do not create the user \""+identity.DefaultUser+"\" when the image lacks it")
+	fs.StringVar(&o.codeInterpreter, "code-interpreter", "", "also serve the code interpreter (E2B's, on :49999) at this address")
 	fs.BoolVar(&o.version, "version", false, "print the envd protocol version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -115,6 +119,13 @@ func run(o options) error {
 		return err
 	}
 
+	// Before the agent answers: a sandbox is ready once its agent is,
+	// and the interpreter's port must take connections by then.
+	if o.codeInterpreter != "" {
+		if err := startCodeInterpreter(log, o.codeInterpreter, o.user, env, token); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err

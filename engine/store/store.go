@@ -79,6 +79,10 @@ type Sandbox struct {
 	// backend, and until then the sandbox is killed at its timeout.
 	Secure    *bool `json:"secure,omitempty"`
 	AutoPause bool  `json:"autoPause,omitempty"`
+	// CodeInterpreterPort is where the sandbox serves Tupper's code
+	// interpreter (its image says so), or 0. The daemon hands that port
+	// the envd token that E2B's code-interpreter SDKs send to it.
+	CodeInterpreterPort int `json:"codeInterpreterPort,omitempty"`
 	// KilledAt and KillReason are set once the sandbox is gone.
 	KilledAt   time.Time `json:"killedAt,omitzero"`
 	KillReason string    `json:"killReason,omitempty"`

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -125,8 +127,9 @@ func newImageBuildCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "build NAME [--package PKG...]",
-		Short: "Build a Debian image with mmdebstrap; `build base` makes the default template",
+		Short: "Build a Debian image with mmdebstrap; `build base` makes the default template, `build code-interpreter` E2B's code interpreter",
 		Example: `  tupper image build base
+  tupper image build code-interpreter
   tupper image build py --package python3 --package python3-numpy`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -135,15 +138,16 @@ func newImageBuildCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			if args[0] == image.BaseTemplate && len(packages) == 0 {
-				packages = image.BaseTemplatePackages
+			opts := image.BuildOptions{Suite: suite, Packages: packages}
+			if r, ok := image.Recipes[args[0]]; ok && len(packages) == 0 {
+				opts.Packages, opts.Labels = r.Packages, r.Labels
 			}
-			if len(packages) == 0 {
-				return fmt.Errorf("image build %s: name the packages to install with --package (only `base` has a default list)", args[0])
+			if len(opts.Packages) == 0 {
+				return fmt.Errorf("image build %s: name the packages to install with --package (only %s have default lists)", args[0], strings.Join(slices.Sorted(maps.Keys(image.Recipes)), " and "))
 			}
 			start := time.Now()
 			return withProgress(g, func(p image.Progress) error {
-				img, err := st.BuildDebian(cmd.Context(), args[0], image.BuildOptions{Suite: suite, Packages: packages}, p)
+				img, err := st.BuildDebian(cmd.Context(), args[0], opts, p)
 				if err == nil {
 					printImage(g, img)
 					fmt.Fprintf(g.stderr, "built in %s\n", time.Since(start).Round(time.Second))

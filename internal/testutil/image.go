@@ -9,9 +9,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,15 +31,30 @@ var TestImagePackages = []string{"bash", "coreutils", "python3", "procps", "curl
 // so that caches made the old way are not used.
 const testImageRecipe = "1"
 
-// testImageRepo names the test images in the cache's store.
-const testImageRepo = "tupper-test/debian"
+// testImage is one kind of test image: what it is built from, and the
+// repository its names live under in the cache's store.
+type testImage struct {
+	repo     string
+	packages []string
+	labels   map[string]string
+}
+
+var (
+	debianTestImage = testImage{repo: "tupper-test/debian", packages: TestImagePackages}
+	// The code-interpreter template as `tupper image build` makes it.
+	interpreterTestImage = testImage{
+		repo:     "tupper-test/code-interpreter",
+		packages: image.Recipes[image.CodeInterpreterTemplate].Packages,
+		labels:   image.Recipes[image.CodeInterpreterTemplate].Labels,
+	}
+)
 
 // testImageBuildTimeout bounds one build of the test image.
 const testImageBuildTimeout = 20 * time.Minute
 
 var (
-	testRootFSMu   sync.Mutex
-	testRootFSPath string
+	testRootFSMu    sync.Mutex
+	testRootFSPaths = map[string]string{} // by image name
 )
 
 // CacheDir returns the directory where tests keep what is expensive to make:
@@ -66,20 +83,26 @@ func CacheDir() string {
 // when mmdebstrap is missing.
 func TestRootFS(t testing.TB) string {
 	t.Helper()
+	return rootFSOf(t, debianTestImage)
+}
+
+func rootFSOf(t testing.TB, spec testImage) string {
+	t.Helper()
 	RequiresRoot(t)
 	if _, err := exec.LookPath("mmdebstrap"); err != nil {
 		Skip(t, "needs mmdebstrap to build the Debian test image: apt-get install mmdebstrap")
 	}
 	testRootFSMu.Lock()
 	defer testRootFSMu.Unlock()
-	if testRootFSPath != "" {
-		return testRootFSPath
+	name := spec.name()
+	if p := testRootFSPaths[name]; p != "" {
+		return p
 	}
-	p, err := buildTestImage(t)
+	p, err := buildTestImage(t, spec)
 	if err != nil {
-		t.Fatalf("Debian test image: %v", err)
+		t.Fatalf("test image %s: %v", spec.repo, err)
 	}
-	testRootFSPath = p
+	testRootFSPaths[name] = p
 	return p
 }
 
@@ -90,15 +113,29 @@ func TestRootFS(t testing.TB) string {
 func TestImage(t testing.TB) (storeRoot, name string) {
 	t.Helper()
 	TestRootFS(t)
-	return filepath.Join(CacheDir(), "testimages", "store"), testImageName()
+	return filepath.Join(CacheDir(), "testimages", "store"), debianTestImage.name()
 }
 
-func testImageName() string {
-	h := sha256.Sum256([]byte(strings.Join(append([]string{testImageRecipe, image.DefaultSuite, image.DefaultVariant}, TestImagePackages...), "\n")))
-	return testImageRepo + ":" + hex.EncodeToString(h[:])[:12]
+// InterpreterImage is TestImage for the code-interpreter template: the
+// image `tupper image build code-interpreter` makes (its packages and its
+// label), built once per machine into the same shared store. The first
+// build takes a few minutes.
+func InterpreterImage(t testing.TB) (storeRoot, name string) {
+	t.Helper()
+	rootFSOf(t, interpreterTestImage)
+	return filepath.Join(CacheDir(), "testimages", "store"), interpreterTestImage.name()
 }
 
-func buildTestImage(t testing.TB) (string, error) {
+func (spec testImage) name() string {
+	parts := append([]string{testImageRecipe, image.DefaultSuite, image.DefaultVariant}, spec.packages...)
+	for _, k := range slices.Sorted(maps.Keys(spec.labels)) {
+		parts = append(parts, "label:"+k+"="+spec.labels[k])
+	}
+	h := sha256.Sum256([]byte(strings.Join(parts, "\n")))
+	return spec.repo + ":" + hex.EncodeToString(h[:])[:12]
+}
+
+func buildTestImage(t testing.TB, spec testImage) (string, error) {
 	dir := filepath.Join(CacheDir(), "testimages")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
@@ -107,7 +144,7 @@ func buildTestImage(t testing.TB) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	name := testImageName()
+	name := spec.name()
 	ctx, cancel := context.WithTimeout(context.Background(), testImageBuildTimeout)
 	defer cancel()
 	if img, err := store.Resolve(ctx, name); err == nil {
@@ -133,7 +170,7 @@ func buildTestImage(t testing.TB) (string, error) {
 		return img.RootFS, nil
 	}
 
-	t.Logf("building the Debian test image %s into %s (once per machine; about a minute)", name, dir)
+	t.Logf("building the test image %s into %s (once per machine; a minute or a few)", name, dir)
 	start := time.Now()
 	var lines []string
 	progress := image.ProgressFunc(func(e image.Event) {
@@ -141,17 +178,17 @@ func buildTestImage(t testing.TB) (string, error) {
 			lines = append(lines, string(e.Phase)+": "+e.Message)
 		}
 	})
-	img, err := store.BuildDebian(ctx, name, image.BuildOptions{Packages: TestImagePackages}, progress)
+	img, err := store.BuildDebian(ctx, name, image.BuildOptions{Packages: spec.packages, Labels: spec.labels}, progress)
 	if err != nil {
 		return "", fmt.Errorf("%w\nbuild log:\n%s", err, strings.Join(lines, "\n"))
 	}
-	t.Logf("built the Debian test image in %s", time.Since(start).Round(time.Second))
+	t.Logf("built the test image %s in %s", spec.repo, time.Since(start).Round(time.Second))
 
 	// Drop test images made from other package lists or recipes.
 	if imgs, err := store.List(ctx); err == nil {
 		for _, other := range imgs {
 			for _, n := range other.Names {
-				if n != name && strings.HasPrefix(n, testImageRepo+":") {
+				if n != name && strings.HasPrefix(n, spec.repo+":") {
 					_ = store.Remove(ctx, n)
 				}
 			}
