@@ -44,8 +44,8 @@ type options struct {
 	// codeInterpreter is where to serve the code interpreter; empty for
 	// none.
 	codeInterpreter string
-	version      bool
-	logOut       io.Writer
+	version         bool
+	logOut          io.Writer
 }
 
 func parseFlags(args []string) (options, error) {
