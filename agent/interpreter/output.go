@@ -22,16 +22,12 @@ var mimeKeys = map[string]string{
 	"text/latex":             "latex",
 	"application/json":       "json",
 	"application/javascript": "javascript",
-	// What the kernel setup's own formatters add (kernels/python_setup.py).
+	// What the Python kernel's own formatter adds (kernels/python_setup.py).
 	chartMIME: "chart",
-	dataMIME:  "data",
 }
 
-// The MIME types of Tupper's formatters in the Python kernel.
-const (
-	chartMIME = "application/vnd.tupper.chart+json"
-	dataMIME  = "application/vnd.tupper.data+json"
-)
+// chartMIME is the MIME type of the Python kernel's chart formatter.
+const chartMIME = "application/vnd.tupper.chart+json"
 
 // ndjson writes one execution's output as E2B's code interpreter does: a
 // JSON object per line, flushed as it comes. Writes after the client went

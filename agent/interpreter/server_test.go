@@ -160,14 +160,27 @@ plt.title("growth")
 plt.show()
 `))
 	var png string
+	var chart map[string]any
 	for _, r := range e.of("result") {
 		if p := r.str("png"); p != "" {
 			png = p
+			chart, _ = r["chart"].(map[string]any)
 		}
 	}
 	raw, err := base64.StdEncoding.DecodeString(png)
 	if err != nil || !bytes.HasPrefix(raw, []byte("\x89PNG\r\n\x1a\n")) {
 		t.Fatalf("the plot did not come back as a PNG (decode err %v): %v", err, e)
+	}
+	// The same figure as data, E2B's chart.
+	if got := fmt.Sprint(chart["type"], " ", chart["title"], " ", chart["elements"]); got != "line growth [map[label:<nil> points:[[1 4] [2 1] [3 9]]]]" {
+		t.Fatalf("chart: %s (all: %v)", got, chart)
+	}
+	e = run(t, hs, code("import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5])\nplt.xlabel('letter')\nplt.show()"))
+	for _, r := range e.of("result") {
+		chart, _ = r["chart"].(map[string]any)
+	}
+	if got := fmt.Sprint(chart["type"], " ", chart["x_label"], " ", chart["elements"]); got != "bar letter [map[group:<nil> label:a value:3] map[group:<nil> label:b value:5]]" {
+		t.Fatalf("bar chart: %s (all: %v)", got, chart)
 	}
 
 	e = run(t, hs, code("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})"))

@@ -74,6 +74,11 @@ await step('a matplotlib plot comes back as a PNG', async () => {
   assert.deepEqual([...bytes.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
   // The IHDR chunk holds the size: a real figure, not a stub.
   assert.ok(bytes.readUInt32BE(16) > 100 && bytes.readUInt32BE(20) > 100)
+  // The same figure as data.
+  const chart = exec.results.find((r) => r.png).chart
+  assert.equal(chart?.type, 'line')
+  assert.equal(chart.title, 'a line')
+  assert.deepEqual(chart.elements[0].points, [[1, 3], [2, 1], [3, 2]])
 })
 
 await step('a DataFrame comes back as HTML', async () => {
