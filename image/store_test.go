@@ -99,6 +99,15 @@ func TestResolve(t *testing.T) {
 			}
 		})
 	}
+	// Templates Tupper can build say how to build them.
+	for q, recipe := range map[string]string{"base": "base", "code-interpreter": "code-interpreter", "code-interpreter-v1": "code-interpreter"} {
+		t.Run("unbuilt "+q, func(t *testing.T) {
+			_, err := s.Resolve(ctx(t), q)
+			if !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "tupper image build "+recipe+"`") {
+				t.Fatalf("Resolve(%q) = %v, want not found saying `tupper image build %s`", q, err, recipe)
+			}
+		})
+	}
 }
 
 func TestResolveNeverWrites(t *testing.T) {
