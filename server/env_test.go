@@ -219,10 +219,16 @@ func readEnvelope(r io.Reader) (byte, []byte, error) {
 	return hdr[0], msg, nil
 }
 
-// fakeImages resolves "base" and "other"; anything else is not found.
+// fakeImages resolves "base" and "other", and "interpreter-at-PORT" as an
+// image whose sandboxes serve the code interpreter on PORT; anything else
+// is not found.
 type fakeImages struct{ rootfs string }
 
 func (f fakeImages) Resolve(ctx context.Context, name string) (*image.Image, error) {
+	if port, ok := strings.CutPrefix(name, "interpreter-at-"); ok {
+		return &image.Image{ID: "sha256:" + name, Names: []string{name}, RootFS: f.rootfs,
+			Config: image.ImageConfig{Labels: map[string]string{image.LabelCodeInterpreter: port}}}, nil
+	}
 	if name != "base" && name != "other" {
 		return nil, fmt.Errorf("image %q: %w", name, errdefs.ErrNotFound)
 	}

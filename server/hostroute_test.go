@@ -225,3 +225,33 @@ func TestPrivateTraffic(t *testing.T) {
 		t.Errorf("detail %s does not report the policy", raw)
 	}
 }
+
+// TestCodeInterpreterGetsTheToken: E2B's code-interpreter SDKs send the
+// envd token to the interpreter's port, whose server (Tupper's own) checks
+// it; no other port, and no sandbox without the interpreter, receives it.
+func TestCodeInterpreterGetsTheToken(t *testing.T) {
+	e := newTestEnv(t)
+	interp, other := startApp(t), startApp(t)
+	sb := e.create(fmt.Sprintf(`{"templateID":"interpreter-at-%d"}`, interp))
+	plain := e.create(`{}`)
+	tokenSeen := func(sb sandboxJSON, port int) string {
+		t.Helper()
+		resp := e.data(sb, "POST", "/execute", "application/json", []byte(`{"code":"1"}`),
+			http.Header{"E2b-Sandbox-Port": {fmt.Sprint(port)}, "X-Access-Token": {sb.EnvdAccessToken}})
+		defer resp.Body.Close()
+		var seen appEcho
+		if err := json.NewDecoder(resp.Body).Decode(&seen); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("port %d: %d, %v", port, resp.StatusCode, err)
+		}
+		return seen.Header.Get("X-Access-Token")
+	}
+	if got := tokenSeen(sb, interp); got != sb.EnvdAccessToken {
+		t.Errorf("the interpreter's port got X-Access-Token %q, want the sandbox's", got)
+	}
+	if got := tokenSeen(sb, other); got != "" {
+		t.Errorf("another port of the interpreter's sandbox got the envd token %q", got)
+	}
+	if got := tokenSeen(plain, interp); got != "" {
+		t.Errorf("a sandbox without the interpreter got the envd token %q on the same port", got)
+	}
+}
