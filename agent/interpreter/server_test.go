@@ -319,6 +319,13 @@ func TestEnvVarsLastOneCell(t *testing.T) {
 	if e := run(t, hs, code("os.environ.get('TUPPER_T', 'gone')")); e.main().str("text") != "'gone'" {
 		t.Fatalf("env_vars outlived their cell: %v", e)
 	}
+	// Even a cell that fails gives them back.
+	if e := run(t, hs, map[string]any{"code": "raise ValueError(os.environ['TUPPER_T'])", "env_vars": map[string]string{"TUPPER_T": "once"}}); e.err().str("value") != "once" {
+		t.Fatalf("failing cell with env_vars: %v", e)
+	}
+	if e := run(t, hs, code("os.environ.get('TUPPER_T', 'gone')")); e.main().str("text") != "'gone'" {
+		t.Fatalf("env_vars outlived their failing cell: %v", e)
+	}
 }
 
 func TestContexts(t *testing.T) {

@@ -95,8 +95,13 @@ def wait_idle(msg_id, forward):
             return
 
 
+# Every execute says stop_on_error=False: after a failing cell ipykernel
+# would otherwise abort what comes next for a moment, and that could be the
+# next cell or the silent one that puts the environment back.
+
+
 def run_silent(code):
-    wait_idle(kc.execute(code, silent=True, store_history=False, allow_stdin=False), forward=False)
+    wait_idle(kc.execute(code, silent=True, store_history=False, allow_stdin=False, stop_on_error=False), forward=False)
 
 
 SET_ENV = """import os as _tupper_os
@@ -126,7 +131,7 @@ def worker():
             if env:
                 run_silent(SET_ENV % (list(env), env))
             try:
-                msg_id = kc.execute(job.get("code", ""), silent=False, store_history=True, allow_stdin=False)
+                msg_id = kc.execute(job.get("code", ""), silent=False, store_history=True, allow_stdin=False, stop_on_error=False)
                 wait_idle(msg_id, forward=True)
             finally:
                 if env:
