@@ -54,41 +54,16 @@ func startBash(spec kernelSpec) (*bashKernel, error) {
 		mark: []byte("\x1eTUPPER-" + hex.EncodeToString(nonce[:]) + "\x1e"),
 		cell: filepath.Join(dir, "cell.sh"), dir: dir, log: spec.log,
 	}
-	var pipes [4][2]*os.File // stdin, stdout, stderr, status
-	for i := range pipes {
-		r, w, err := os.Pipe()
-		if err != nil {
-			for _, p := range pipes[:i] {
-				p[0].Close()
-				p[1].Close()
-			}
-			os.RemoveAll(dir)
-			return nil, err
-		}
-		pipes[i] = [2]*os.File{r, w}
-	}
-	cmd := exec.Command(spec.argv[0], spec.argv[1:]...)
-	cmd.Dir, cmd.Env = spec.dir, spec.env
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0][0], pipes[1][1], pipes[2][1]
-	cmd.ExtraFiles = []*os.File{pipes[3][1]}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	err = cmd.Start()
-	pipes[0][0].Close()
-	pipes[1][1].Close()
-	pipes[2][1].Close()
-	pipes[3][1].Close()
+	p, err := startProcess(spec)
 	if err != nil {
-		pipes[0][1].Close()
-		pipes[1][0].Close()
-		pipes[2][0].Close()
-		pipes[3][0].Close()
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start the bash kernel: %w", err)
+		return nil, err
 	}
-	k.cmd, k.stdin = cmd, pipes[0][1]
-	go k.scan("stdout", pipes[1][0])
-	go k.scan("stderr", pipes[2][0])
-	go k.readStatus(pipes[3][0])
+	k.cmd, k.stdin = p.cmd, p.stdin
+	cmd := p.cmd
+	go k.scan("stdout", p.stdout)
+	go k.scan("stderr", p.stderr)
+	go k.readStatus(p.fd3)
 	go func() {
 		_ = cmd.Wait()
 		close(k.exited)

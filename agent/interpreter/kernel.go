@@ -89,46 +89,16 @@ type procKernel struct {
 // startProcKernel starts argv in dir with env and waits for its ready
 // event. interrupt is called with the kernel when a cell must stop.
 func startProcKernel(ctx context.Context, spec kernelSpec, interrupt func(*procKernel) error) (*procKernel, error) {
-	// Pipes of our own rather than exec's: exec's Wait would close them
-	// under the readers, losing the last of what the process wrote.
-	var pipes [4][2]*os.File // stdin, stdout, stderr, events
-	for i := range pipes {
-		r, w, err := os.Pipe()
-		if err != nil {
-			for _, p := range pipes[:i] {
-				p[0].Close()
-				p[1].Close()
-			}
-			return nil, err
-		}
-		pipes[i] = [2]*os.File{r, w}
-	}
-	cmd := exec.Command(spec.argv[0], spec.argv[1:]...)
-	cmd.Dir = spec.dir
-	cmd.Env = spec.env
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0][0], pipes[1][1], pipes[2][1]
-	cmd.ExtraFiles = []*os.File{pipes[3][1]}
-	// Its own process group: closing the kernel ends what its cells
-	// started too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	err := cmd.Start()
-	// The child's ends.
-	pipes[0][0].Close()
-	pipes[1][1].Close()
-	pipes[2][1].Close()
-	pipes[3][1].Close()
+	p, err := startProcess(spec)
 	if err != nil {
-		pipes[0][1].Close()
-		pipes[1][0].Close()
-		pipes[2][0].Close()
-		pipes[3][0].Close()
-		return nil, fmt.Errorf("start the %s kernel: %w", spec.lang, err)
+		return nil, err
 	}
-	k := &procKernel{lang: spec.lang, cmd: cmd, stdin: pipes[0][1], events: make(chan event, 64), exited: make(chan struct{}), log: spec.log}
+	cmd := p.cmd
+	k := &procKernel{lang: spec.lang, cmd: cmd, stdin: p.stdin, events: make(chan event, 64), exited: make(chan struct{}), log: spec.log}
 	k.interrupt = func() error { return interrupt(k) }
-	go k.relay("stdout", pipes[1][0], spec.rawOutput)
-	go k.relay("stderr", pipes[2][0], spec.rawOutput)
-	go k.readEvents(pipes[3][0])
+	go k.relay("stdout", p.stdout, spec.rawOutput)
+	go k.relay("stderr", p.stderr, spec.rawOutput)
+	go k.readEvents(p.fd3)
 	go func() {
 		err := cmd.Wait()
 		k.log.Debug("kernel exited", "language", spec.lang, "err", err)
@@ -151,6 +121,52 @@ func startProcKernel(ctx context.Context, spec kernelSpec, interrupt func(*procK
 		k.close()
 		return nil, fmt.Errorf("start the %s kernel: %w", spec.lang, context.Cause(ctx))
 	}
+}
+
+// process is a started kernel process and the parent's ends of its pipes.
+type process struct {
+	cmd                 *exec.Cmd
+	stdin               *os.File
+	stdout, stderr, fd3 *os.File
+}
+
+// startProcess starts spec's program in a process group of its own, with
+// pipes for its stdin, stdout, stderr and descriptor 3: pipes of our own
+// rather than exec's, whose Wait would close them under the readers and
+// lose the last of what the process wrote.
+func startProcess(spec kernelSpec) (*process, error) {
+	var pipes [4][2]*os.File // stdin, stdout, stderr, fd 3: {read, write}
+	closeAll := func(n int) {
+		for _, p := range pipes[:n] {
+			p[0].Close()
+			p[1].Close()
+		}
+	}
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(i)
+			return nil, err
+		}
+		pipes[i] = [2]*os.File{r, w}
+	}
+	cmd := exec.Command(spec.argv[0], spec.argv[1:]...)
+	cmd.Dir, cmd.Env = spec.dir, spec.env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0][0], pipes[1][1], pipes[2][1]
+	cmd.ExtraFiles = []*os.File{pipes[3][1]}
+	// Its own process group: closing the kernel ends what its cells
+	// started too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		closeAll(len(pipes))
+		return nil, fmt.Errorf("start the %s kernel: %w", spec.lang, err)
+	}
+	// The child's ends are the child's now.
+	pipes[0][0].Close()
+	pipes[1][1].Close()
+	pipes[2][1].Close()
+	pipes[3][1].Close()
+	return &process{cmd: cmd, stdin: pipes[0][1], stdout: pipes[1][0], stderr: pipes[2][0], fd3: pipes[3][0]}, nil
 }
 
 // kernelSpec is how to start a kernel process.
