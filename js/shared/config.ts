@@ -1,11 +1,12 @@
 // Where `tupper serve` is and which key opens it, resolved the way the rest
 // of Tupper (the CLI, the Go SDK, `tupper mcp`) resolves it.
 //
-// This file is the one source of src/config.ts in every package under js/:
-// each package's `npm run build` copies it there (the prebuild script) and
-// compiles it into its own dist/, so a packed tarball needs nothing from
-// js/shared. Edit it here: the copies are git-ignored and overwritten by
-// every build. config.test.mjs beside it runs in each package's `npm test`.
+// js/shared/config.ts is the one source of src/config.ts in every package
+// under js/: each package's `npm run build` copies it there (the prebuild
+// script) and compiles it into its own dist/, so a packed tarball needs
+// nothing from js/shared. Edit js/shared/config.ts: the copies are
+// git-ignored and overwritten by every build. js/shared/config.test.mjs
+// runs in each package's `npm test`.
 
 /** Options naming the Tupper daemon; each overrides the environment. */
 export interface TupperConnectionOptions {
