@@ -7,22 +7,13 @@
 // Each step prints "ok   <step>"; the first failure "FAIL <step>: …".
 
 import assert from 'node:assert/strict'
-import process from 'node:process'
 import { Sandbox } from '@e2b/code-interpreter'
+
+import { onFailure, step } from './steps.mjs'
 
 let sbx
 
-async function step(name, fn) {
-  const t0 = Date.now()
-  try {
-    await fn()
-  } catch (err) {
-    console.log(`FAIL ${name}: ${err?.stack ?? err}`)
-    await sbx?.kill().catch(() => {})
-    process.exit(1)
-  }
-  console.log(`ok   ${name} (${Date.now() - t0} ms)`)
-}
+onFailure(() => sbx?.kill())
 
 await step('Sandbox.create() with the default template', async () => {
   sbx = await Sandbox.create({ timeoutMs: 600_000 })

@@ -9,21 +9,13 @@
 import assert from 'node:assert/strict'
 import process from 'node:process'
 
+import { onFailure, step } from './steps.mjs'
+
 const moduleName = (process.argv[2] ?? 'e2b@2.51.0').replace(/^e2b@/, 'e2b-')
 const { Sandbox, CommandExitError, NotEnoughSpaceError } = await import(moduleName)
 const created = []
 
-async function step(name, fn) {
-  const t0 = Date.now()
-  try {
-    await fn()
-  } catch (err) {
-    console.log(`FAIL ${name}: ${err?.stack ?? err}`)
-    await Promise.allSettled(created.map((s) => s.kill()))
-    process.exit(1)
-  }
-  console.log(`ok   ${name} (${Date.now() - t0} ms)`)
-}
+onFailure(() => Promise.allSettled(created.map((s) => s.kill())))
 
 console.log(`disk: ${moduleName} against ${process.env.E2B_API_URL}`)
 

@@ -12,6 +12,8 @@ import assert from 'node:assert/strict'
 import fs from 'node:fs'
 import process from 'node:process'
 
+import { onFailure, step } from './steps.mjs'
+
 const moduleName = (process.argv[2] ?? 'e2b@2.51.0').replace(/^e2b@/, 'e2b-')
 const { Sandbox, CommandExitError } = await import(moduleName)
 const env = (k) => {
@@ -30,17 +32,7 @@ const url6 = (path = '/') => `http://[${A6}]${path}`
 const HOST_PORT = env('HOST_PORT'), PRIVATE_ADDR = env('PRIVATE_ADDR'), SECRET = env('SECRET')
 const created = []
 
-async function step(name, fn) {
-  const t0 = Date.now()
-  try {
-    await fn()
-  } catch (err) {
-    console.log(`FAIL ${name}: ${err?.stack ?? err}`)
-    await Promise.allSettled(created.map((s) => s.kill()))
-    process.exit(1)
-  }
-  console.log(`ok   ${name} (${Date.now() - t0} ms)`)
-}
+onFailure(() => Promise.allSettled(created.map((s) => s.kill())))
 
 async function create(opts = {}) {
   const s = await Sandbox.create({ timeoutMs: 300_000, ...opts })

@@ -11,21 +11,13 @@
 import assert from 'node:assert/strict'
 import process from 'node:process'
 
+import { onFailure, step } from './steps.mjs'
+
 const moduleName = (process.argv[2] ?? 'e2b@2.51.0').replace(/^e2b@/, 'e2b-')
 const { Sandbox, CommandExitError } = await import(moduleName)
 let sbx
 
-async function step(name, fn) {
-  const t0 = Date.now()
-  try {
-    await fn()
-  } catch (err) {
-    console.log(`FAIL ${name}: ${err?.stack ?? err}`)
-    await sbx?.kill().catch(() => {})
-    process.exit(1)
-  }
-  console.log(`ok   ${name} (${Date.now() - t0} ms)`)
-}
+onFailure(() => sbx?.kill())
 
 // The loop that used to end whole sandboxes: 256 MiB at a time, kept.
 const bomb = `python3 -c '

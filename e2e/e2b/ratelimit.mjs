@@ -12,6 +12,8 @@
 import assert from 'node:assert/strict'
 import process from 'node:process'
 
+import { onFailure, step } from './steps.mjs'
+
 const arg = process.argv[2]
 if (!arg) {
   console.error('usage: node ratelimit.mjs e2b@VERSION')
@@ -21,16 +23,7 @@ const moduleName = arg.replace(/^e2b@/, 'e2b-')
 const { Sandbox, RateLimitError } = await import(moduleName)
 const made = []
 
-async function step(name, fn) {
-  try {
-    await fn()
-  } catch (err) {
-    console.log(`FAIL ${name}: ${err?.stack ?? err}`)
-    await Promise.allSettled(made.map((s) => s.kill()))
-    process.exit(1)
-  }
-  console.log(`ok   ${name}`)
-}
+onFailure(() => Promise.allSettled(made.map((s) => s.kill())))
 
 const BURST = Number(process.env.BURST ?? 12)
 

@@ -13,6 +13,8 @@
 import assert from 'node:assert/strict'
 import process from 'node:process'
 
+import { onFailure, passedSteps, setStepTimeout, step } from './steps.mjs'
+
 const arg = process.argv[2]
 if (!arg) {
   console.error('usage: node scenario.mjs e2b@VERSION')
@@ -38,33 +40,10 @@ const {
 // RUN tags this run's sandboxes, so that listings see only them even when
 // other runs share the daemon.
 const RUN = `${moduleName}-${process.pid}-${Date.now()}`
-const STEP_TIMEOUT_MS = 90_000
 const started = Date.now()
-let steps = 0
 const created = []
-
-// step runs fn as a named step, bounded by STEP_TIMEOUT_MS, and reports it.
-async function step(name, fn) {
-  const t0 = Date.now()
-  let timer
-  try {
-    await Promise.race([
-      fn(),
-      new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`step timed out after ${STEP_TIMEOUT_MS} ms`)), STEP_TIMEOUT_MS)
-      }),
-    ])
-  } catch (err) {
-    console.log(`FAIL ${name}: ${err?.stack ?? err}`)
-    if (err?.cause) console.log(`     cause: ${err.cause?.stack ?? err.cause}`)
-    await cleanup()
-    process.exit(1)
-  } finally {
-    clearTimeout(timer)
-  }
-  steps++
-  console.log(`ok   ${name} (${Date.now() - t0} ms)`)
-}
+setStepTimeout(90_000)
+onFailure(() => Promise.allSettled(created.map((s) => s.kill())))
 
 // waitUntil polls cond (which may be async) until it holds.
 async function waitUntil(cond, what, timeoutMs = 20_000) {
@@ -81,10 +60,6 @@ async function create(opts) {
   const s = await Sandbox.create(opts)
   created.push(s)
   return s
-}
-
-async function cleanup() {
-  await Promise.allSettled(created.map((s) => s.kill()))
 }
 
 process.on('unhandledRejection', (err) => {
@@ -475,4 +450,4 @@ await step('kill the last sandbox', async () => {
   assert.deepEqual(left, [])
 })
 
-console.log(`PASS ${moduleName}: ${steps} steps in ${((Date.now() - started) / 1000).toFixed(1)} s`)
+console.log(`PASS ${moduleName}: ${passedSteps()} steps in ${((Date.now() - started) / 1000).toFixed(1)} s`)

@@ -13,6 +13,8 @@
 import assert from 'node:assert/strict'
 import process from 'node:process'
 
+import { onFailure, step } from './steps.mjs'
+
 const arg = process.argv[2]
 if (!arg) {
   console.error('usage: node teams.mjs e2b@VERSION')
@@ -31,16 +33,7 @@ const teammate = { apiKey: process.env.TEAMMATE_KEY }
 const RUN = `teams-${process.pid}-${Date.now()}`
 let own
 
-async function step(name, fn) {
-  try {
-    await fn()
-  } catch (err) {
-    console.log(`FAIL ${name}: ${err?.stack ?? err}`)
-    if (own) await own.kill().catch(() => {})
-    process.exit(1)
-  }
-  console.log(`ok   ${name}`)
-}
+onFailure(() => own?.kill())
 
 const isA = (cls) => (err) => {
   assert.ok(err instanceof cls, `want ${cls.name}, got ${err?.stack ?? err}`)
