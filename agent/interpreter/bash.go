@@ -18,7 +18,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 )
 
 // bashKernel keeps one bash process per context: variables, functions and
@@ -162,7 +161,9 @@ func (k *bashKernel) execute(ctx context.Context, code string, env map[string]st
 	}
 	status, marks := -1, 0
 	done := ctx.Done()
-	var grace <-chan time.Time
+	var intr interruption
+	defer intr.stop()
+	interrupt := func() { _ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGINT) }
 	for status < 0 || marks < 2 {
 		select {
 		case status = <-k.status:
@@ -172,11 +173,11 @@ func (k *bashKernel) execute(ctx context.Context, code string, env map[string]st
 			return errKernelGone
 		case <-done:
 			done = nil
-			_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGINT)
-			t := time.NewTimer(interruptGrace)
-			defer t.Stop()
-			grace = t.C
-		case <-grace:
+			intr.start()
+			interrupt()
+		case <-intr.repeat():
+			interrupt()
+		case <-intr.giveUp():
 			k.close()
 			return errUnresponsive
 		}

@@ -3,6 +3,10 @@ package interpreter
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 )
@@ -191,14 +195,18 @@ func (c *codeContext) close() {
 // startKernel starts a kernel for lang in dir.
 func (s *Server) startKernel(ctx context.Context, lang, dir string) (kernel, error) {
 	spec := kernelSpec{lang: lang, dir: dir, env: s.cfg.Env, log: s.cfg.Logger}
+	scripts, err := s.writeScripts()
+	if err != nil {
+		return nil, err
+	}
 	switch lang {
 	case Python:
-		spec.argv = []string{s.cfg.Python, "-c", pythonBridge, dir, pythonSetup}
+		spec.argv = []string{s.cfg.Python, filepath.Join(scripts, "python_bridge.py"), dir, filepath.Join(scripts, "python_setup.py")}
 		return startProcKernel(ctx, spec, func(k *procKernel) error {
 			return k.writeCommand(map[string]any{"op": "interrupt"})
 		})
 	case JavaScript, TypeScript:
-		spec.argv = []string{s.cfg.Node, "-e", nodeDriver, lang}
+		spec.argv = []string{s.cfg.Node, filepath.Join(scripts, "node_driver.js"), lang}
 		spec.rawOutput = true
 		return startProcKernel(ctx, spec, func(k *procKernel) error {
 			return k.cmd.Process.Signal(syscall.SIGINT)
@@ -208,4 +216,36 @@ func (s *Server) startKernel(ctx context.Context, lang, dir string) (kernel, err
 		return startBash(spec)
 	}
 	return nil, errors.New("no kernel for " + lang)
+}
+
+// writeScripts writes the kernels' programs into a private directory and
+// returns it. It writes them before every kernel start: a cell may have
+// emptied /tmp.
+func (s *Server) writeScripts() (string, error) {
+	s.scriptsMu.Lock()
+	defer s.scriptsMu.Unlock()
+	if s.scripts == "" {
+		dir, err := os.MkdirTemp("", "tupper-kernels-")
+		if err != nil {
+			return "", fmt.Errorf("kernel scripts: %w", err)
+		}
+		s.scripts = dir
+	}
+	if err := os.MkdirAll(s.scripts, 0o700); err != nil {
+		return "", fmt.Errorf("kernel scripts: %w", err)
+	}
+	entries, err := fs.ReadDir(kernelScripts, "kernels")
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		b, err := kernelScripts.ReadFile("kernels/" + e.Name())
+		if err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(filepath.Join(s.scripts, e.Name()), b, 0o600); err != nil {
+			return "", fmt.Errorf("kernel scripts: %w", err)
+		}
+	}
+	return s.scripts, nil
 }

@@ -51,10 +51,47 @@ const (
 	// interruptGrace is how long a cell has to end once interrupted
 	// before its kernel is closed.
 	interruptGrace = 5 * time.Second
+	// interruptRepeat is how often the interrupt is sent again meanwhile:
+	// one that lands between two steps of a kernel (before a loop starts,
+	// say) is lost.
+	interruptRepeat = 500 * time.Millisecond
 	// maxEventLine bounds one event from a kernel: a large image or
 	// DataFrame is a few megabytes.
 	maxEventLine = 64 << 20
 )
+
+// interruption paces the interrupts of a cell whose client went away. Its
+// zero value has not started: its channels are nil.
+type interruption struct {
+	ticker *time.Ticker
+	timer  *time.Timer
+}
+
+func (i *interruption) start() {
+	i.ticker = time.NewTicker(interruptRepeat)
+	i.timer = time.NewTimer(interruptGrace)
+}
+
+func (i *interruption) repeat() <-chan time.Time {
+	if i.ticker == nil {
+		return nil
+	}
+	return i.ticker.C
+}
+
+func (i *interruption) giveUp() <-chan time.Time {
+	if i.timer == nil {
+		return nil
+	}
+	return i.timer.C
+}
+
+func (i *interruption) stop() {
+	if i.ticker != nil {
+		i.ticker.Stop()
+		i.timer.Stop()
+	}
+}
 
 // event is one line a kernel process writes on descriptor 3.
 type event struct {
@@ -276,7 +313,8 @@ func (k *procKernel) execute(ctx context.Context, code string, env map[string]st
 		return errKernelGone
 	}
 	done := ctx.Done()
-	var grace <-chan time.Time
+	var intr interruption
+	defer intr.stop()
 	for {
 		select {
 		case ev, ok := <-k.events:
@@ -299,16 +337,20 @@ func (k *procKernel) execute(ctx context.Context, code string, env map[string]st
 			}
 		case <-done:
 			done = nil
-			if err := k.interrupt(); err != nil {
-				k.log.Warn("interrupt the kernel", "language", k.lang, "err", err)
-			}
-			t := time.NewTimer(interruptGrace)
-			defer t.Stop()
-			grace = t.C
-		case <-grace:
+			intr.start()
+			k.sendInterrupt()
+		case <-intr.repeat():
+			k.sendInterrupt()
+		case <-intr.giveUp():
 			k.close()
 			return errUnresponsive
 		}
+	}
+}
+
+func (k *procKernel) sendInterrupt() {
+	if err := k.interrupt(); err != nil {
+		k.log.Warn("interrupt the kernel", "language", k.lang, "err", err)
 	}
 }
 

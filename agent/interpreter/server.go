@@ -14,13 +14,14 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
-	_ "embed"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -58,14 +59,12 @@ const (
 	startTimeout = 2 * time.Minute
 )
 
-//go:embed kernels/python_bridge.py
-var pythonBridge string
-
-//go:embed kernels/python_setup.py
-var pythonSetup string
-
-//go:embed kernels/node_driver.js
-var nodeDriver string
+// kernelScripts are the kernels' programs, written to a private directory
+// for the interpreters to run (a script passed inline would fill every
+// `ps` in the sandbox).
+//
+//go:embed kernels/python_bridge.py kernels/python_setup.py kernels/node_driver.js
+var kernelScripts embed.FS
 
 // Config configures the server.
 type Config struct {
@@ -113,6 +112,9 @@ type Server struct {
 	cfg Config
 	mux *http.ServeMux
 
+	scriptsMu sync.Mutex
+	scripts   string // the directory of the kernels' programs, once written
+
 	mu       sync.Mutex
 	contexts map[string]*codeContext
 	defaults map[string]*codeContext // per language, for /execute without context_id
@@ -157,6 +159,11 @@ func (s *Server) Close() {
 	for _, c := range all {
 		c.close()
 	}
+	s.scriptsMu.Lock()
+	if s.scripts != "" {
+		os.RemoveAll(s.scripts)
+	}
+	s.scriptsMu.Unlock()
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {

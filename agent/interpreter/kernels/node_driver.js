@@ -16,7 +16,7 @@ const vm = require('vm');
 const { Writable } = require('stream');
 const { createRequire } = require('module');
 
-const language = process.argv[1] || 'javascript'; // node -e DRIVER LANGUAGE
+const language = process.argv[2] || 'javascript'; // node node_driver.js LANGUAGE
 
 function emit(event) {
   fs.writeSync(3, JSON.stringify(event) + '\n');
@@ -47,20 +47,27 @@ function sink(name) {
 const cellConsole = new console.Console({ stdout: sink('stdout'), stderr: sink('stderr') });
 
 // The TypeScript compiler: Debian's node-typescript, which not every node
-// finds by name.
-let ts = null;
-for (const name of ['typescript', '/usr/share/nodejs/typescript', '/usr/lib/nodejs/typescript']) {
-  try {
-    ts = require(name);
-    break;
-  } catch {}
+// finds by name. It is loaded only when needed: it costs tens of megabytes.
+let tsLoaded;
+function typescript() {
+  if (tsLoaded === undefined) {
+    tsLoaded = null;
+    for (const name of ['typescript', '/usr/share/nodejs/typescript', '/usr/lib/nodejs/typescript']) {
+      try {
+        tsLoaded = require(name);
+        break;
+      } catch {}
+    }
+  }
+  return tsLoaded;
 }
-if (!ts && language === 'typescript') {
+if (language === 'typescript' && !typescript()) {
   emit({ ev: 'fatal', message: 'cannot load the TypeScript compiler: the image needs node-typescript' });
   process.exit(2);
 }
 let transpile = (code) => code;
 if (language === 'typescript') {
+  const ts = typescript();
   transpile = (code) =>
     ts.transpileModule(code, {
       compilerOptions: { target: ts.ScriptTarget.ES2020, module: ts.ModuleKind.CommonJS, esModuleInterop: true },
@@ -116,6 +123,7 @@ function needsAsync(e) {
 }
 
 function asyncBody(source) {
+  const ts = typescript();
   if (ts) {
     const file = ts.createSourceFile('cell.js', source, ts.ScriptTarget.Latest, true, ts.ScriptKind.JS);
     const last = file.statements[file.statements.length - 1];

@@ -1,5 +1,6 @@
 """Tupper's bridge to a Jupyter kernel (ipykernel), started by the code
-interpreter (package agent/interpreter), one per Python context.
+interpreter (package agent/interpreter), one per Python context:
+python3 python_bridge.py CWD SETUP_FILE.
 
 It starts the kernel with jupyter_client, then runs one cell at a time:
 commands arrive as JSON lines on stdin, events leave as JSON lines on
@@ -142,10 +143,12 @@ def worker():
         os._exit(3)
 
 
-# The kernel's setup (python_setup.py, passed by the interpreter as the
-# second argument) runs before the first cell: it adds the chart formatter.
+# The kernel's setup (python_setup.py, whose path the interpreter passes as
+# the second argument) runs before the first cell: it adds the chart
+# formatter.
 if len(sys.argv) > 2 and sys.argv[2]:
-    run_silent(sys.argv[2])
+    with open(sys.argv[2], encoding="utf-8") as f:
+        run_silent(f.read())
 
 threading.Thread(target=worker, daemon=True).start()
 emit(ev="ready")
