@@ -114,6 +114,11 @@ func (c *codeContext) kernel(ctx context.Context) (kernel, int, error) {
 func (c *codeContext) run(ctx context.Context, code string, env map[string]string, out sink) {
 	c.execMu.Lock()
 	defer c.execMu.Unlock()
+	if ctx.Err() != nil {
+		// The client gave up while the cell waited behind another: it
+		// saw a timeout, and may send the cell again.
+		return
+	}
 	k, gen, err := c.kernel(ctx)
 	if errors.Is(err, errReplaced) {
 		k, gen, err = c.kernel(ctx)
@@ -160,12 +165,16 @@ func (c *codeContext) replace(k kernel, gen int) {
 }
 
 // restart replaces the kernel: a running cell ends with ContextRestarting.
-// It returns when the new kernel is ready.
+// It returns when the new kernel is ready. A kernel still starting is
+// already fresh, so a restart then waits for it rather than starting
+// another: a storm of restarts keeps one kernel per context.
 func (c *codeContext) restart(ctx context.Context) error {
 	c.mu.Lock()
 	old := c.k
-	c.k, c.pending = nil, nil
-	c.gen++
+	if old != nil {
+		c.k = nil
+		c.gen++
+	}
 	c.mu.Unlock()
 	if old != nil {
 		old.close()

@@ -229,7 +229,10 @@ func (k *procKernel) readEvents(f *os.File) {
 		line, err := readLine(r, maxEventLine)
 		switch {
 		case errors.Is(err, errLineTooLong):
+			// Not silently: the cell learns that some of its output is
+			// missing (a result too large to carry, say).
 			k.log.Warn("dropped an event from the kernel", "language", k.lang, "err", err)
+			k.events <- event{Ev: "stream", Name: "stderr", Text: fmt.Sprintf("[tupper: an output of this cell was over %d MiB and was dropped]\n", maxEventLine>>20)}
 			continue
 		case err != nil:
 			return

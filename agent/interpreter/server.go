@@ -199,9 +199,13 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "give context_id or language, not both")
 		return
 	}
-	for k := range req.EnvVars {
+	for k, v := range req.EnvVars {
 		if !envNameRe.MatchString(k) {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("env_vars: %q is not a valid variable name", k))
+			return
+		}
+		if strings.ContainsRune(v, 0) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("env_vars: the value of %s holds a NUL byte, which no environment can", k))
 			return
 		}
 	}
@@ -257,6 +261,15 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 	}
 	if !strings.HasPrefix(cwd, "/") {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("cwd %q is not an absolute path", cwd))
+		return
+	}
+	// As the interpreter's user, who runs the kernels.
+	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+		why := "is not a directory"
+		if err != nil {
+			why = "cannot be used: " + err.Error()
+		}
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("cwd %q %s", cwd, why))
 		return
 	}
 	c, err := s.add(lang, cwd, false)

@@ -22,6 +22,16 @@ function emit(event) {
   fs.writeSync(3, JSON.stringify(event) + '\n');
 }
 
+// A stream event carries at most this much text: the interpreter refuses
+// events past 64 MiB, and smaller ones keep output flowing.
+const STREAM_CHUNK = 1 << 20;
+
+function emitStream(name, text) {
+  for (let i = 0; i < text.length; i += STREAM_CHUNK) {
+    emit({ ev: 'stream', name, text: text.slice(i, i + STREAM_CHUNK) });
+  }
+}
+
 function toText(chunk) {
   if (typeof chunk === 'string') return chunk;
   return Buffer.from(chunk).toString('utf8');
@@ -30,7 +40,7 @@ function toText(chunk) {
 // Output of the cell goes out as events, so it keeps its place among them.
 for (const name of ['stdout', 'stderr']) {
   process[name].write = (chunk, encoding, callback) => {
-    emit({ ev: 'stream', name, text: toText(chunk) });
+    emitStream(name, toText(chunk));
     const cb = typeof encoding === 'function' ? encoding : callback;
     if (typeof cb === 'function') process.nextTick(cb);
     return true;
@@ -39,7 +49,7 @@ for (const name of ['stdout', 'stderr']) {
 function sink(name) {
   return new Writable({
     write(chunk, encoding, callback) {
-      emit({ ev: 'stream', name, text: toText(chunk) });
+      emitStream(name, toText(chunk));
       callback();
     },
   });

@@ -28,19 +28,54 @@ def emit(**event):
         events.flush()
 
 
+# A stream event carries at most this much text: the interpreter refuses
+# events past 64 MiB, and smaller ones keep output flowing.
+STREAM_CHUNK = 1 << 20
+
+
+def emit_stream(name, text):
+    for i in range(0, len(text), STREAM_CHUNK):
+        emit(ev="stream", name=name, text=text[i:i + STREAM_CHUNK])
+
+
 try:
     from jupyter_client import KernelManager
 except Exception as e:  # the image lacks Jupyter
     emit(ev="fatal", message="cannot import jupyter_client (%s): the image needs python3-jupyter-client and python3-ipykernel" % e)
     sys.exit(2)
 
+# ipykernel's own launcher, but with no high-water mark on its PUB sockets:
+# at ZeroMQ's default of 1000 queued messages, a cell that prints fast
+# (print(..., flush=True) in a loop) would lose lines without a word.
+LAUNCH = """import zmq
+_socket = zmq.Context.socket
+def _unbounded_pub(self, kind, *args, **kwargs):
+    s = _socket(self, kind, *args, **kwargs)
+    if kind == zmq.PUB:
+        s.setsockopt(zmq.SNDHWM, 0)
+    return s
+zmq.Context.socket = _unbounded_pub
+from ipykernel import kernelapp
+kernelapp.launch_new_instance()
+"""
+
 cwd = sys.argv[1] if len(sys.argv) > 1 else os.getcwd()
 km = KernelManager(kernel_name="python3")
+try:
+    from jupyter_client.kernelspec import KernelSpec
+    km._kernel_spec = KernelSpec(
+        argv=[sys.executable, "-c", LAUNCH, "-f", "{connection_file}"],
+        display_name="Python 3", language="python")
+except Exception as e:  # an older jupyter_client: its own launcher
+    print("tupper: cannot set the kernel's launcher: %s" % e, file=sys.stderr)
 try:
     # The kernel's own output goes to the bridge's stderr, which the
     # interpreter logs; what cells print comes through iopub.
     km.start_kernel(cwd=cwd, stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr)
     kc = km.client()
+    # Nor on the bridge's side.
+    import zmq
+    kc.context.setsockopt(zmq.RCVHWM, 0)
     kc.start_channels()
     kc.wait_for_ready(timeout=120)
 except Exception as e:
@@ -56,12 +91,39 @@ class KernelDied(Exception):
     pass
 
 
-def wait_idle(msg_id, forward):
-    """Reads iopub until the kernel is idle after msg_id, forwarding the
-    cell's output when forward is true."""
+# iopub is read by a thread of its own, as fast as the kernel sends, into
+# this queue; the worker takes from it.
+iopub = queue.Queue()
+
+
+def read_iopub():
     while True:
         try:
-            msg = kc.get_iopub_msg(timeout=1)
+            iopub.put(kc.get_iopub_msg(timeout=1))
+        except queue.Empty:
+            continue
+        except Exception:
+            return
+
+
+threading.Thread(target=read_iopub, daemon=True).start()
+
+
+def wait_idle(msg_id, forward):
+    """Reads iopub until the kernel is idle after msg_id, forwarding the
+    cell's output when forward is true. Stream messages waiting together
+    leave as one event."""
+    stream_name, stream_text = None, []
+
+    def flush_stream():
+        nonlocal stream_name, stream_text
+        if stream_text:
+            emit_stream(stream_name, "".join(stream_text))
+        stream_name, stream_text = None, []
+
+    while True:
+        try:
+            msg = iopub.get(timeout=1)
         except queue.Empty:
             if not km.is_alive():
                 raise KernelDied()
@@ -69,14 +131,22 @@ def wait_idle(msg_id, forward):
         if msg.get("parent_header", {}).get("msg_id") != msg_id:
             continue
         kind, content = msg["msg_type"], msg["content"]
+        if forward and kind == "stream":
+            name = content.get("name", "stdout")
+            if name != stream_name:
+                flush_stream()
+                stream_name = name
+            stream_text.append(content.get("text", ""))
+            if iopub.empty() or sum(map(len, stream_text)) >= STREAM_CHUNK:
+                flush_stream()
+            continue
+        flush_stream()
         if kind == "status":
             if content.get("execution_state") == "idle":
                 break
         elif not forward:
             if kind == "error":
                 print("tupper: setup cell failed: %s: %s" % (content.get("ename"), content.get("evalue")), file=sys.stderr)
-        elif kind == "stream":
-            emit(ev="stream", name=content.get("name", "stdout"), text=content.get("text", ""))
         elif kind == "execute_input":
             emit(ev="count", n=content.get("execution_count", 0))
         elif kind == "execute_result":
