@@ -28,6 +28,7 @@ func TestInterpreterAttacks(t *testing.T) {
 	t.Run("a cell cannot take over the interpreter's port", func(t *testing.T) { attackShadowPort(t, d) })
 	t.Run("an outsider cannot exhaust memory through contexts", func(t *testing.T) { attackContextStorm(t, d) })
 	t.Run("an output flood leaves other contexts alone", func(t *testing.T) { attackOutputFlood(t, d) })
+	t.Run("a fork bomb in a cell leaves the sandbox running", func(t *testing.T) { attackForkBomb(t, d) })
 }
 
 // ciBox is a sandbox seen from outside, through the daemon's data plane.
@@ -463,6 +464,35 @@ func attackOutputFlood(t *testing.T, d *serveDaemon) {
 	status, body := box.call(ctx, t, http.MethodPost, "/execute", fmt.Sprintf(`{"code":"kept","context_id":%q}`, other), map[string]string{"X-Access-Token": box.token})
 	if status != http.StatusOK || !strings.Contains(body, `"text":"7"`) {
 		t.Errorf("after a 60 MB line and 200 MB of stdout from cells of one context, another context lost its state: %d %.300s (the out-of-memory killer ended the interpreter's server, and with it every context)", status, body)
+	}
+}
+
+// attackForkBomb: a Python cell forks without end. Its client gives up;
+// the bomb may take its own context down, but the sandbox (its other
+// contexts, its files) must stay: SECURITY.md says a fork bomb or a memory
+// bomb ends only its own processes. Each child is a copy of a Jupyter
+// kernel, and they fill the sandbox's memory faster than the agent's
+// out-of-memory killer, taking one of them at a time, frees it; the
+// host's cgroup backstop then kills the whole sandbox.
+func attackForkBomb(t *testing.T, d *serveDaemon) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	box := newBox(ctx, t, d, nil)
+	other := box.newContext(ctx, t, "python")
+	box.mustRun(ctx, t, map[string]any{"code": "kept = 7", "context_id": other})
+
+	bctx, bcancel := context.WithTimeout(ctx, 8*time.Second)
+	box.run(bctx, t, map[string]any{"code": "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass"})
+	bcancel()
+	time.Sleep(3 * time.Second)
+
+	status, _, err := d.api(ctx, http.MethodGet, "/sandboxes/"+box.id, nil)
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("after a fork bomb in a cell, the sandbox is gone: GET /sandboxes/%s: %d %v (the host's memory cgroup killed it: the agent's out-of-memory killer did not keep up)", box.id, status, err)
+	}
+	status, body := box.call(ctx, t, http.MethodPost, "/execute", fmt.Sprintf(`{"code":"kept","context_id":%q}`, other), map[string]string{"X-Access-Token": box.token})
+	if status != http.StatusOK || !strings.Contains(body, `"text":"7"`) {
+		t.Errorf("after a fork bomb in one context, another lost its state: %d %.300s", status, body)
 	}
 }
 
