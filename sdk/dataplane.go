@@ -1,10 +1,16 @@
 package sdk
 
 import (
+	"bytes"
+	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -29,6 +35,10 @@ type conn struct {
 	baseURL string // without a trailing slash
 	http    *http.Client
 	token   string
+	// routed reports whether requests reach the sandbox by the
+	// E2b-Sandbox-Port header (a `tupper serve` or E2B data plane) rather
+	// than by BaseURL's own port: it says how other ports are reached.
+	routed  bool
 	process processconnect.ProcessClient
 	fs      filesystemconnect.FilesystemClient
 }
@@ -64,6 +74,7 @@ func newConn(dp *DataPlane) (*conn, error) {
 		baseURL: strings.TrimRight(dp.BaseURL, "/"),
 		http:    &hc,
 		token:   dp.AccessToken,
+		routed:  header.Get(headerSandboxPort) != "",
 	}
 	// JSON is the encoding of the E2B SDKs; using it here too means the Go
 	// SDK exercises exactly what they send.
@@ -109,4 +120,42 @@ func newRequest[T any](msg *T, user string) *connect.Request[T] {
 // filesURL is the URL of /files with the given query.
 func (c *conn) filesURL(q url.Values) string {
 	return c.baseURL + "/files?" + q.Encode()
+}
+
+// portRequest makes a request for path on another port of the sandbox
+// (see DataPlane): the code interpreter's, for one. A non-nil body is sent
+// as JSON.
+func (c *conn) portRequest(ctx context.Context, port int, method, path string, body any) (*http.Request, error) {
+	base := c.baseURL
+	if !c.routed {
+		u, err := url.Parse(c.baseURL)
+		if err != nil {
+			return nil, fmt.Errorf("data plane base URL %q: %w", c.baseURL, errdefs.ErrInvalidArgument)
+		}
+		u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(port))
+		base = u.String()
+	}
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("encode the request: %w", err)
+		}
+		// A bytes.Reader gives the request a length: it is sent whole,
+		// never chunked (see fixedLengthStreams).
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, r)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.routed {
+		// Set on the request, it wins over the data plane's own port,
+		// which headerTransport adds only where none is set.
+		req.Header.Set(headerSandboxPort, strconv.Itoa(port))
+	}
+	return req, nil
 }

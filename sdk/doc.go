@@ -5,6 +5,16 @@
 //	res, err := sb.Commands.Run(ctx, "python3 -c 'print(6*7)'")
 //	_, err = sb.Files.Write(ctx, "/home/user/hello.txt", []byte("hi"))
 //
+// Sandboxes of the code-interpreter template also run code in stateful
+// contexts, as E2B's code interpreter does: Sandbox.RunCode returns an
+// Execution with the cell's rich results (text, HTML, PNG plots…), its
+// output and its error, and streams them to callbacks as they come;
+// CreateCodeContext and its siblings manage contexts of Python,
+// JavaScript, TypeScript or bash.
+//
+//	exec, err := sb.RunCode(ctx, "import pandas as pd; pd.DataFrame({'a': [1, 2]})")
+//	fmt.Println(exec.Text(), exec.MainResult().HTML)
+//
 // A Client reaches Tupper through a Transport: the in-process engine
 // (package local) or a remote `tupper serve`. Commands, files and
 // terminals always go to the sandbox's agent over the envd protocol

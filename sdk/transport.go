@@ -26,7 +26,9 @@ type Transport interface {
 
 // DataPlane says how to reach one sandbox's agent, which speaks the envd
 // protocol (Connect RPC for processes and the filesystem, plain HTTP for
-// /files).
+// /files). Other ports of the sandbox, such as the code interpreter's, are
+// reached the same way with the port changed: in Header's
+// E2b-Sandbox-Port when Header has one, else in BaseURL.
 type DataPlane struct {
 	// BaseURL is the agent's URL, for example http://10.213.0.6:49983,
 	// or a name that only Client's dialer knows (an in-process engine's).
