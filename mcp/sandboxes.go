@@ -25,7 +25,7 @@ type networkPolicy struct {
 }
 
 type createSandboxIn struct {
-	Template       string            `json:"template,omitempty" jsonschema:"Template to start from; empty means the server's default (base: bash, coreutils, python3, node, git, curl)"`
+	Template       string            `json:"template,omitempty" jsonschema:"Template to start from; empty means the server's default (base: bash, coreutils, python3, node, git, curl). code-interpreter adds a stateful interpreter for run_code (Python with numpy, pandas and matplotlib; JavaScript, TypeScript, bash)"`
 	Image          string            `json:"image,omitempty" jsonschema:"Image reference to start from instead of a template"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"Environment variables of every command in the sandbox"`
 	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"Idle timeout: the sandbox is killed after this many seconds without a tool call on it (default 600)"`

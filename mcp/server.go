@@ -136,6 +136,7 @@ func (c *Config) Validate() error {
 // instructions tell a client's model how the tools fit together.
 const instructions = `Tupper runs code in disposable, isolated sandboxes (gVisor).
 Start with create_sandbox (or list_sandboxes to reuse one), then run_command, run_code and the file tools with its sandbox id.
+For data work, create_sandbox with template code-interpreter: run_code then keeps variables between runs, as a notebook, and returns plots as images.
 Long-running commands: run_command with background: true returns a pid at once; poll command_output, send input with send_stdin, stop with kill_command.
 A sandbox is killed after its idle timeout without tool calls; kill_sandbox when done.`
 
