@@ -19,9 +19,9 @@ import (
 )
 
 // This file is the plumbing shared by the commands that are clients of a
-// running `tupper serve` (create, ls, info, exec, shell, cp, read, write,
-// kill, timeout): where the daemon is, which key opens it, and errors that
-// say what to do.
+// running `tupper serve` (create, ls, info, exec, run-code, shell, cp, read,
+// write, kill, timeout): where the daemon is, which key opens it, and errors
+// that say what to do.
 
 // defaultAPIURL is where `tupper serve` listens unless told otherwise.
 const defaultAPIURL = "http://" + server.DefaultAddr
