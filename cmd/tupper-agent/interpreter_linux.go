@@ -35,7 +35,7 @@ const (
 // socket for the sandbox's life, so nothing else in the sandbox can take
 // the port, and connections wait in its backlog while a server starts.
 func startCodeInterpreter(log *slog.Logger, addr, user string, env []string, token string) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listenExclusive(addr)
 	if err != nil {
 		return fmt.Errorf("code interpreter: %w", err)
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -126,7 +125,7 @@ func run(o options) error {
 			return err
 		}
 	}
-	ln, err := net.Listen("tcp", o.addr)
+	ln, err := listenExclusive(o.addr)
 	if err != nil {
 		return err
 	}
