@@ -9,6 +9,9 @@
 // the interpreter; every other port, and port 49999 of a sandbox made with
 // BareDataPlane, answers 502 as the daemon does for a port nothing listens
 // on. An unknown sandbox answers 502 too, as a killed one does.
+// DirectDataPlane reaches the interpreter by address instead, as the
+// in-process engine reaches sandboxes, and Transport hands the sandboxes
+// made so far to an sdk.Client.
 package codetest
 
 import (
