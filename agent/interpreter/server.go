@@ -422,6 +422,12 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
 		return false
 	}
+	// The rest (a newline, say) is read too: a server that answers before
+	// the body's end makes some proxies cut the answer.
+	if _, err := io.Copy(io.Discard, r.Body); err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d bytes", maxBody))
+		return false
+	}
 	return true
 }
 
