@@ -8,12 +8,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/lightbearco/tupper/internal/codetest"
 	"github.com/lightbearco/tupper/sdk"
 )
 
@@ -157,43 +157,7 @@ func testGoSDKRunCode(t *testing.T, d *serveDaemon) {
 			t.Fatalf("list: %+v, %v", list, err)
 		}
 
-		// A restart ends the running cell with ContextRestarting and drops
-		// the state.
-		var once sync.Once
-		started := make(chan struct{})
-		done := make(chan *sdk.Execution, 1)
-		go func() {
-			e, err := sb.RunCode(ctx, "import time\nprint('go', flush=True)\ntime.sleep(600)", sdk.WithCodeContext(cc.ID), sdk.WithCodeTimeout(0),
-				sdk.WithOnCodeStdout(func(string) { once.Do(func() { close(started) }) }))
-			if err != nil {
-				t.Errorf("the cell the restart cut: %v", err)
-			}
-			done <- e
-		}()
-		select {
-		case <-started:
-		case <-ctx.Done():
-			t.Fatal("the long cell never printed")
-		}
-		if err := sb.RestartCodeContext(ctx, cc.ID); err != nil {
-			t.Fatal(err)
-		}
-		if e := <-done; e == nil || e.Error == nil || e.Error.Name != "ContextRestarting" {
-			t.Fatalf("the running cell: %+v", e)
-		}
-		if e := mustRunCode(t, sb, "v", sdk.WithCodeContext(cc.ID)); e.Error == nil || e.Error.Name != "NameError" {
-			t.Fatalf("state after the restart: %+v", e)
-		}
-
-		if err := sb.RemoveCodeContext(ctx, cc.ID); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := sb.RunCode(ctx, "1", sdk.WithCodeContext(cc.ID)); !sdk.IsNotFound(err) {
-			t.Fatalf("run in a removed context: %v, want not found", err)
-		}
-		if err := sb.RemoveCodeContext(ctx, cc.ID); !sdk.IsNotFound(err) {
-			t.Fatalf("remove a removed context: %v, want not found", err)
-		}
+		codetest.RestartAndRemove(ctx, t, sb, cc.ID)
 	})
 
 	t.Run("a cell past its timeout is interrupted and the context lives on", func(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -260,48 +259,7 @@ func TestCodeContexts(t *testing.T) {
 		t.Fatalf("list: %+v", list)
 	}
 
-	// A restart ends the running cell with ContextRestarting and drops the
-	// state.
-	started := make(chan struct{})
-	var once sync.Once
-	running := make(chan *sdk.Execution, 1)
-	go func() {
-		e, err := sb.RunCode(ctx, "import time\nprint('go', flush=True)\ntime.sleep(600)", sdk.WithCodeContext(cc.ID), sdk.WithCodeTimeout(0),
-			sdk.WithOnCodeStdout(func(string) { once.Do(func() { close(started) }) }))
-		if err != nil {
-			t.Errorf("the cell the restart cut: %v", err)
-		}
-		running <- e
-	}()
-	select {
-	case <-started:
-	case <-ctx.Done():
-		t.Fatal("the long cell never printed")
-	}
-	if err := sb.RestartCodeContext(ctx, cc.ID); err != nil {
-		t.Fatal(err)
-	}
-	if e := <-running; e == nil || e.Error == nil || e.Error.Name != "ContextRestarting" {
-		t.Fatalf("the running cell: %+v", e)
-	}
-	if e := runCode(t, sb, "v", sdk.WithCodeContext(cc.ID)); e.Error == nil || e.Error.Name != "NameError" {
-		t.Fatalf("state after a restart: %+v", e)
-	}
-
-	if err := sb.RemoveCodeContext(ctx, cc.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sb.RunCode(ctx, "1", sdk.WithCodeContext(cc.ID)); !sdk.IsNotFound(err) {
-		t.Fatalf("run in a removed context: %v, want not found", err)
-	}
-	for name, err := range map[string]error{
-		"remove":  sb.RemoveCodeContext(ctx, cc.ID),
-		"restart": sb.RestartCodeContext(ctx, cc.ID),
-	} {
-		if !sdk.IsNotFound(err) {
-			t.Errorf("%s of a removed context: %v, want not found", name, err)
-		}
-	}
+	codetest.RestartAndRemove(ctx, t, sb, cc.ID)
 	if _, err := sb.CreateCodeContext(ctx, sdk.CodeContextOptions{Language: "cobol"}); !sdk.IsInvalidArgument(err) {
 		t.Errorf("a context of an unknown language: %v, want invalid argument", err)
 	}

@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 )
 
@@ -37,8 +36,7 @@ type bashKernel struct {
 	log    *slog.Logger
 	execs  int
 
-	mu  sync.Mutex
-	out sink
+	running runningCell
 }
 
 func startBash(spec kernelSpec) (*bashKernel, error) {
@@ -121,9 +119,7 @@ func (k *bashKernel) emit(name string, b []byte) {
 	if len(b) == 0 {
 		return
 	}
-	k.mu.Lock()
-	out := k.out
-	k.mu.Unlock()
+	out := k.running.get()
 	if out != nil {
 		out.stream(name, string(b))
 	} else {
@@ -146,14 +142,7 @@ func (k *bashKernel) execute(ctx context.Context, code string, env map[string]st
 	if err := os.WriteFile(k.cell, []byte(code), 0o600); err != nil {
 		return fmt.Errorf("write the cell: %w", err)
 	}
-	k.mu.Lock()
-	k.out = out
-	k.mu.Unlock()
-	defer func() {
-		k.mu.Lock()
-		k.out = nil
-		k.mu.Unlock()
-	}()
+	defer k.running.set(out)()
 	k.execs++
 	out.count(k.execs)
 	if _, err := io.WriteString(k.stdin, cellCommand(k.cell, k.mark, env)); err != nil {

@@ -93,6 +93,32 @@ func (i *interruption) stop() {
 	}
 }
 
+// runningCell is the output of the cell a kernel runs, if any, for the
+// goroutines that relay what its process writes.
+type runningCell struct {
+	mu  sync.Mutex
+	out sink
+}
+
+// set makes out the running cell's until the returned function is called.
+func (c *runningCell) set(out sink) (unset func()) {
+	c.mu.Lock()
+	c.out = out
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		c.out = nil
+		c.mu.Unlock()
+	}
+}
+
+// get returns the running cell's output, nil between cells.
+func (c *runningCell) get() sink {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.out
+}
+
 // event is one line a kernel process writes on descriptor 3.
 type event struct {
 	Ev        string         `json:"ev"`
@@ -119,8 +145,7 @@ type procKernel struct {
 	exited    chan struct{}
 	log       *slog.Logger
 
-	mu  sync.Mutex
-	out sink // the running cell's, for what the process prints directly
+	cell runningCell // for what the process prints directly
 }
 
 // startProcKernel starts argv in dir with env and waits for its ready
@@ -288,9 +313,7 @@ func (k *procKernel) relay(name string, r *os.File, toCell bool) {
 			text = append(text, rest...)
 		}
 		if len(text) > 0 {
-			k.mu.Lock()
-			out := k.out
-			k.mu.Unlock()
+			out := k.cell.get()
 			if toCell && out != nil {
 				out.stream(name, string(text))
 			} else {
@@ -304,14 +327,7 @@ func (k *procKernel) relay(name string, r *os.File, toCell bool) {
 }
 
 func (k *procKernel) execute(ctx context.Context, code string, env map[string]string, out sink) error {
-	k.mu.Lock()
-	k.out = out
-	k.mu.Unlock()
-	defer func() {
-		k.mu.Lock()
-		k.out = nil
-		k.mu.Unlock()
-	}()
+	defer k.cell.set(out)()
 	if err := k.writeCommand(map[string]any{"op": "execute", "code": code, "env": env}); err != nil {
 		return errKernelGone
 	}

@@ -1,0 +1,58 @@
+package codetest
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/lightbearco/tupper/sdk"
+)
+
+// RestartAndRemove checks, through the SDK, what a code context's restart
+// and removal do: a restart ends the cell running in it with
+// ContextRestarting and drops the variable v the caller set there; once
+// removed, the context is not found. The SDK's own tests and the e2e tests
+// against a real daemon both run it.
+func RestartAndRemove(ctx context.Context, t testing.TB, sb *sdk.Sandbox, contextID string) {
+	t.Helper()
+	var once sync.Once
+	started := make(chan struct{})
+	done := make(chan *sdk.Execution, 1)
+	go func() {
+		e, err := sb.RunCode(ctx, "import time\nprint('go', flush=True)\ntime.sleep(600)", sdk.WithCodeContext(contextID), sdk.WithCodeTimeout(0),
+			sdk.WithOnCodeStdout(func(string) { once.Do(func() { close(started) }) }))
+		if err != nil {
+			t.Errorf("the cell the restart cut: %v", err)
+		}
+		done <- e
+	}()
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the long cell never printed")
+	}
+	if err := sb.RestartCodeContext(ctx, contextID); err != nil {
+		t.Fatal(err)
+	}
+	if e := <-done; e == nil || e.Error == nil || e.Error.Name != "ContextRestarting" {
+		t.Fatalf("the running cell: %+v", e)
+	}
+	if e, err := sb.RunCode(ctx, "v", sdk.WithCodeContext(contextID)); err != nil || e.Error == nil || e.Error.Name != "NameError" {
+		t.Fatalf("state after the restart: %+v, %v", e, err)
+	}
+
+	if err := sb.RemoveCodeContext(ctx, contextID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.RunCode(ctx, "1", sdk.WithCodeContext(contextID)); !sdk.IsNotFound(err) {
+		t.Fatalf("run in a removed context: %v, want not found", err)
+	}
+	for name, err := range map[string]error{
+		"remove":  sb.RemoveCodeContext(ctx, contextID),
+		"restart": sb.RestartCodeContext(ctx, contextID),
+	} {
+		if !sdk.IsNotFound(err) {
+			t.Errorf("%s of a removed context: %v, want not found", name, err)
+		}
+	}
+}
