@@ -33,11 +33,6 @@ func TestCodeInterpreterClients(t *testing.T) {
 }
 
 // codeContext bounds one step of the code tests.
-func codeContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // createCodeSandbox makes a sandbox of template (the code-interpreter one
 // when empty) through the Go SDK; the test kills it.
@@ -46,7 +41,7 @@ func createCodeSandbox(t *testing.T, d *serveDaemon, template string) *sdk.Sandb
 	if template == "" {
 		template = "code-interpreter"
 	}
-	sb, err := goClient(t, d).Create(codeContext(t), sdk.CreateOptions{Template: template, Timeout: 10 * time.Minute})
+	sb, err := goClient(t, d).Create(codetest.Context(t), sdk.CreateOptions{Template: template, Timeout: 10 * time.Minute})
 	if err != nil {
 		t.Fatalf("create a %s sandbox: %v", template, err)
 	}
@@ -58,24 +53,14 @@ func createCodeSandbox(t *testing.T, d *serveDaemon, template string) *sdk.Sandb
 	return sb
 }
 
-// mustRunCode runs a cell that must reach the interpreter and end.
-func mustRunCode(t *testing.T, sb *sdk.Sandbox, code string, opts ...sdk.RunCodeOption) *sdk.Execution {
-	t.Helper()
-	exec, err := sb.RunCode(codeContext(t), code, opts...)
-	if err != nil {
-		t.Fatalf("RunCode(%q): %v", code, err)
-	}
-	return exec
-}
-
 func testGoSDKRunCode(t *testing.T, d *serveDaemon) {
 	sb := createCodeSandbox(t, d, "")
 
 	t.Run("state carries over", func(t *testing.T) {
-		if e := mustRunCode(t, sb, "x = 41"); e.Error != nil || e.MainResult() != nil {
+		if e := codetest.MustRunCode(t, sb, "x = 41"); e.Error != nil || e.MainResult() != nil {
 			t.Fatalf("x = 41: %+v", e)
 		}
-		if e := mustRunCode(t, sb, "x + 1"); e.Text() != "42" {
+		if e := codetest.MustRunCode(t, sb, "x + 1"); e.Text() != "42" {
 			t.Fatalf("x + 1: %+v", e)
 		}
 	})
@@ -84,7 +69,7 @@ func testGoSDKRunCode(t *testing.T, d *serveDaemon) {
 	// seen the cell's first line: RunCode can only return if that line
 	// came through the daemon before the cell ended.
 	t.Run("output streams before the cell ends", func(t *testing.T) {
-		ctx := codeContext(t)
+		ctx := codetest.Context(t)
 		var seen []string
 		e, err := sb.RunCode(ctx, "import os, time\nprint('first', flush=True)\nwhile not os.path.exists('/tmp/gate'): time.sleep(0.05)\nprint('second')",
 			sdk.WithCodeTimeout(2*time.Minute),
@@ -102,7 +87,7 @@ func testGoSDKRunCode(t *testing.T, d *serveDaemon) {
 	})
 
 	t.Run("a matplotlib plot is a PNG", func(t *testing.T) {
-		e := mustRunCode(t, sb, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.title('growth')\nplt.show()")
+		e := codetest.MustRunCode(t, sb, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.title('growth')\nplt.show()")
 		i := slices.IndexFunc(e.Results, func(r sdk.Result) bool { return len(r.PNG) > 0 })
 		if i < 0 {
 			t.Fatalf("no PNG result: %+v", e)
@@ -114,42 +99,42 @@ func testGoSDKRunCode(t *testing.T, d *serveDaemon) {
 	})
 
 	t.Run("a DataFrame is HTML", func(t *testing.T) {
-		e := mustRunCode(t, sb, "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
+		e := codetest.MustRunCode(t, sb, "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
 		if m := e.MainResult(); m == nil || !strings.Contains(m.HTML, "<table") {
 			t.Fatalf("main result: %+v", m)
 		}
 	})
 
 	t.Run("an exception has its name and traceback", func(t *testing.T) {
-		e := mustRunCode(t, sb, "def f():\n    return 1 / 0\nf()")
+		e := codetest.MustRunCode(t, sb, "def f():\n    return 1 / 0\nf()")
 		if e.Error == nil || e.Error.Name != "ZeroDivisionError" || !strings.Contains(e.Error.Traceback, "f()") {
 			t.Fatalf("error: %+v", e.Error)
 		}
 	})
 
 	t.Run("javascript context and bash", func(t *testing.T) {
-		ctx := codeContext(t)
+		ctx := codetest.Context(t)
 		js, err := sb.CreateCodeContext(ctx, sdk.CodeContextOptions{Language: sdk.LanguageJavaScript, Cwd: "/tmp"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		mustRunCode(t, sb, "let n = 20", sdk.WithCodeContext(js.ID))
-		if e := mustRunCode(t, sb, "process.cwd() + ':' + (n * 2 + 2)", sdk.WithCodeContext(js.ID)); e.Text() != "'/tmp:42'" {
+		codetest.MustRunCode(t, sb, "let n = 20", sdk.WithCodeContext(js.ID))
+		if e := codetest.MustRunCode(t, sb, "process.cwd() + ':' + (n * 2 + 2)", sdk.WithCodeContext(js.ID)); e.Text() != "'/tmp:42'" {
 			t.Fatalf("javascript: %+v", e)
 		}
-		e := mustRunCode(t, sb, `echo "$GREETING from $(pwd)"`, sdk.WithLanguage(sdk.LanguageBash), sdk.WithCodeEnv(map[string]string{"GREETING": "hello"}))
+		e := codetest.MustRunCode(t, sb, `echo "$GREETING from $(pwd)"`, sdk.WithLanguage(sdk.LanguageBash), sdk.WithCodeEnv(map[string]string{"GREETING": "hello"}))
 		if out := strings.Join(e.Logs.Stdout, ""); !strings.HasPrefix(out, "hello from /") || e.Error != nil {
 			t.Fatalf("bash: %+v", e)
 		}
 	})
 
 	t.Run("contexts", func(t *testing.T) {
-		ctx := codeContext(t)
+		ctx := codetest.Context(t)
 		cc, err := sb.CreateCodeContext(ctx, sdk.CodeContextOptions{Language: sdk.LanguagePython, Cwd: "/tmp"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e := mustRunCode(t, sb, "import os\nv = 1\nos.getcwd()", sdk.WithCodeContext(cc.ID)); e.Text() != "'/tmp'" {
+		if e := codetest.MustRunCode(t, sb, "import os\nv = 1\nos.getcwd()", sdk.WithCodeContext(cc.ID)); e.Text() != "'/tmp'" {
 			t.Fatalf("cwd: %+v", e)
 		}
 		list, err := sb.ListCodeContexts(ctx)
@@ -161,18 +146,18 @@ func testGoSDKRunCode(t *testing.T, d *serveDaemon) {
 	})
 
 	t.Run("a cell past its timeout is interrupted and the context lives on", func(t *testing.T) {
-		e, err := sb.RunCode(codeContext(t), "import time\nprint('spinning', flush=True)\nwhile True: time.sleep(0.1)", sdk.WithCodeTimeout(3*time.Second))
+		e, err := sb.RunCode(codetest.Context(t), "import time\nprint('spinning', flush=True)\nwhile True: time.sleep(0.1)", sdk.WithCodeTimeout(3*time.Second))
 		if !sdk.IsDeadlineExceeded(err) || e == nil || strings.Join(e.Logs.Stdout, "") != "spinning\n" {
 			t.Fatalf("RunCode past its timeout: %v, %+v", err, e)
 		}
-		if e := mustRunCode(t, sb, "x * 2"); e.Text() != "82" {
+		if e := codetest.MustRunCode(t, sb, "x * 2"); e.Text() != "82" {
 			t.Fatalf("after the interrupted cell: %+v", e)
 		}
 	})
 
 	t.Run("a sandbox without the interpreter", func(t *testing.T) {
 		base := createCodeSandbox(t, d, "base")
-		if _, err := base.RunCode(codeContext(t), "1"); !sdk.IsUnavailable(err) {
+		if _, err := base.RunCode(codetest.Context(t), "1"); !sdk.IsUnavailable(err) {
 			t.Fatalf("RunCode in a base sandbox: %v, want unavailable", err)
 		}
 	})
@@ -180,7 +165,7 @@ func testGoSDKRunCode(t *testing.T, d *serveDaemon) {
 
 func testMCPRunCode(t *testing.T, d *serveDaemon) {
 	cs := mcpHTTPSession(t, d.URL+"/mcp", d.Key)
-	ctx := codeContext(t)
+	ctx := codetest.Context(t)
 	call := func(name string, args map[string]any) *mcpsdk.CallToolResult {
 		t.Helper()
 		res, err := cs.CallTool(ctx, &mcpsdk.CallToolParams{Name: name, Arguments: args})

@@ -39,32 +39,16 @@ func codeSandbox(t *testing.T, srv *codetest.Server, id string, direct bool) *sd
 	return sb
 }
 
-func codeContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// runCode runs a cell that must reach the interpreter and end.
-func runCode(t *testing.T, sb *sdk.Sandbox, code string, opts ...sdk.RunCodeOption) *sdk.Execution {
-	t.Helper()
-	exec, err := sb.RunCode(codeContext(t), code, opts...)
-	if err != nil {
-		t.Fatalf("RunCode(%q): %v", code, err)
-	}
-	return exec
-}
-
 func TestRunCodeKeepsStateBetweenCells(t *testing.T) {
 	srv := codetest.Start(t)
 	for _, direct := range []bool{false, true} {
 		name := map[bool]string{false: "routed by header", true: "by address"}[direct]
 		t.Run(name, func(t *testing.T) {
 			sb := codeSandbox(t, srv, "sbx-"+strings.ReplaceAll(name, " ", "-"), direct)
-			if e := runCode(t, sb, "x = 41"); e.Text() != "" || e.Error != nil || e.MainResult() != nil {
+			if e := codetest.MustRunCode(t, sb, "x = 41"); e.Text() != "" || e.Error != nil || e.MainResult() != nil {
 				t.Fatalf("x = 41: %+v", e)
 			}
-			e := runCode(t, sb, "print('adding')\nx + 1")
+			e := codetest.MustRunCode(t, sb, "print('adding')\nx + 1")
 			if e.Text() != "42" || !e.MainResult().IsMainResult || e.ExecutionCount < 2 {
 				t.Fatalf("x + 1: text %q, count %d: %+v", e.Text(), e.ExecutionCount, e)
 			}
@@ -89,7 +73,7 @@ func TestRunCodeStreamsOutput(t *testing.T) {
 		t.Run(tc.lang, func(t *testing.T) {
 			gate := filepath.Join(t.TempDir(), "gate")
 			var seen []string
-			e, err := sb.RunCode(codeContext(t), fmt.Sprintf(tc.code, gate),
+			e, err := sb.RunCode(codetest.Context(t), fmt.Sprintf(tc.code, gate),
 				sdk.WithLanguage(tc.lang),
 				sdk.WithCodeTimeout(2*time.Minute),
 				sdk.WithOnCodeStdout(func(s string) {
@@ -120,7 +104,7 @@ func TestRunCodeRichResults(t *testing.T) {
 
 	t.Run("matplotlib plot", func(t *testing.T) {
 		var streamed int
-		e := runCode(t, sb, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.title('growth')\nplt.show()",
+		e := codetest.MustRunCode(t, sb, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.title('growth')\nplt.show()",
 			sdk.WithOnResult(func(r sdk.Result) {
 				if len(r.PNG) > 0 {
 					streamed++
@@ -140,7 +124,7 @@ func TestRunCodeRichResults(t *testing.T) {
 	})
 
 	t.Run("DataFrame", func(t *testing.T) {
-		e := runCode(t, sb, "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
+		e := codetest.MustRunCode(t, sb, "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
 		m := e.MainResult()
 		if m == nil || !strings.Contains(m.HTML, "<table") || !strings.Contains(m.Text, "a") {
 			t.Fatalf("main result %+v, want a table in HTML and text", m)
@@ -151,7 +135,7 @@ func TestRunCodeRichResults(t *testing.T) {
 	})
 
 	t.Run("display", func(t *testing.T) {
-		e := runCode(t, sb, "from IPython.display import display, Markdown, HTML\ndisplay(Markdown('# hi'))\ndisplay(HTML('<b>b</b>'))\n7")
+		e := codetest.MustRunCode(t, sb, "from IPython.display import display, Markdown, HTML\ndisplay(Markdown('# hi'))\ndisplay(HTML('<b>b</b>'))\n7")
 		if len(e.Results) != 3 || e.Results[0].Markdown != "# hi" || e.Results[0].IsMainResult || e.Results[1].HTML != "<b>b</b>" || e.Text() != "7" {
 			t.Fatalf("results %+v", e.Results)
 		}
@@ -163,7 +147,7 @@ func TestRunCodeErrors(t *testing.T) {
 	sb := codeSandbox(t, srv, "sbx1", false)
 
 	var streamed []sdk.ExecutionError
-	e := runCode(t, sb, "def f():\n    return 1 / 0\nf()", sdk.WithOnError(func(er sdk.ExecutionError) { streamed = append(streamed, er) }))
+	e := codetest.MustRunCode(t, sb, "def f():\n    return 1 / 0\nf()", sdk.WithOnError(func(er sdk.ExecutionError) { streamed = append(streamed, er) }))
 	if e.Error == nil || e.Error.Name != "ZeroDivisionError" || !strings.Contains(e.Error.Value, "division by zero") || !strings.Contains(e.Error.Traceback, "f()") {
 		t.Fatalf("error %+v", e.Error)
 	}
@@ -174,7 +158,7 @@ func TestRunCodeErrors(t *testing.T) {
 	if !strings.HasPrefix(asErr.Error(), "ZeroDivisionError: ") {
 		t.Errorf("ExecutionError.Error() = %q", asErr)
 	}
-	if e := runCode(t, sb, "2 * 3"); e.Text() != "6" {
+	if e := codetest.MustRunCode(t, sb, "2 * 3"); e.Text() != "6" {
 		t.Fatalf("after an error: %+v", e)
 	}
 
@@ -189,7 +173,7 @@ func TestRunCodeErrors(t *testing.T) {
 		{"bad variable name", []sdk.RunCodeOption{sdk.WithCodeEnv(map[string]string{"A B": "c"})}, sdk.IsInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, err := sb.RunCode(codeContext(t), "1", tc.opts...)
+			e, err := sb.RunCode(codetest.Context(t), "1", tc.opts...)
 			if !tc.is(err) || e != nil {
 				t.Fatalf("RunCode: %v, %+v", err, e)
 			}
@@ -200,22 +184,22 @@ func TestRunCodeErrors(t *testing.T) {
 func TestRunCodeLanguages(t *testing.T) {
 	srv := codetest.Start(t)
 	sb := codeSandbox(t, srv, "sbx1", false)
-	runCode(t, sb, "let a = 20; const double = (n) => n * 2", sdk.WithLanguage(sdk.LanguageJavaScript))
-	if e := runCode(t, sb, "double(a) + 2", sdk.WithLanguage("js")); e.Text() != "42" {
+	codetest.MustRunCode(t, sb, "let a = 20; const double = (n) => n * 2", sdk.WithLanguage(sdk.LanguageJavaScript))
+	if e := codetest.MustRunCode(t, sb, "double(a) + 2", sdk.WithLanguage("js")); e.Text() != "42" {
 		t.Fatalf("javascript state: %+v", e)
 	}
-	if e := runCode(t, sb, "const p: { n: number } = { n: 21 };\np.n * 2", sdk.WithLanguage(sdk.LanguageTypeScript)); e.Text() != "42" {
+	if e := codetest.MustRunCode(t, sb, "const p: { n: number } = { n: 21 };\np.n * 2", sdk.WithLanguage(sdk.LanguageTypeScript)); e.Text() != "42" {
 		t.Fatalf("typescript: %+v", e)
 	}
-	if e := runCode(t, sb, "null.x", sdk.WithLanguage("js")); e.Error == nil || e.Error.Name != "TypeError" {
+	if e := codetest.MustRunCode(t, sb, "null.x", sdk.WithLanguage("js")); e.Error == nil || e.Error.Name != "TypeError" {
 		t.Fatalf("javascript error: %+v", e)
 	}
-	e := runCode(t, sb, `echo "$GREETING from bash"; X=7`,
+	e := codetest.MustRunCode(t, sb, `echo "$GREETING from bash"; X=7`,
 		sdk.WithLanguage(sdk.LanguageBash), sdk.WithCodeEnv(map[string]string{"GREETING": "hello"}))
 	if strings.Join(e.Logs.Stdout, "") != "hello from bash\n" {
 		t.Fatalf("bash with env: %+v", e)
 	}
-	if e := runCode(t, sb, "echo $X; false", sdk.WithLanguage(sdk.LanguageBash)); strings.Join(e.Logs.Stdout, "") != "7\n" || e.Error == nil || e.Error.Name != "CommandExitError" {
+	if e := codetest.MustRunCode(t, sb, "echo $X; false", sdk.WithLanguage(sdk.LanguageBash)); strings.Join(e.Logs.Stdout, "") != "7\n" || e.Error == nil || e.Error.Name != "CommandExitError" {
 		t.Fatalf("bash state and failure: %+v", e)
 	}
 }
@@ -223,7 +207,7 @@ func TestRunCodeLanguages(t *testing.T) {
 func TestCodeContexts(t *testing.T) {
 	srv := codetest.Start(t)
 	sb := codeSandbox(t, srv, "sbx1", false)
-	ctx := codeContext(t)
+	ctx := codetest.Context(t)
 	dir := t.TempDir()
 
 	cc, err := sb.CreateCodeContext(ctx, sdk.CodeContextOptions{Language: sdk.LanguagePython, Cwd: dir})
@@ -233,17 +217,17 @@ func TestCodeContexts(t *testing.T) {
 	if cc.ID == "" || cc.Language != "python" || cc.Cwd != dir {
 		t.Fatalf("created %+v", cc)
 	}
-	if e := runCode(t, sb, "import os\nv = 1\nos.getcwd()", sdk.WithCodeContext(cc.ID)); e.Text() != fmt.Sprintf("'%s'", dir) {
+	if e := codetest.MustRunCode(t, sb, "import os\nv = 1\nos.getcwd()", sdk.WithCodeContext(cc.ID)); e.Text() != fmt.Sprintf("'%s'", dir) {
 		t.Fatalf("cwd: %+v", e)
 	}
-	if e := runCode(t, sb, "v"); e.Error == nil || e.Error.Name != "NameError" {
+	if e := codetest.MustRunCode(t, sb, "v"); e.Error == nil || e.Error.Name != "NameError" {
 		t.Fatalf("the default context sees the new one's variables: %+v", e)
 	}
 	js, err := sb.CreateCodeContext(ctx, sdk.CodeContextOptions{Language: "js"})
 	if err != nil || js.Language != sdk.LanguageJavaScript || js.Cwd != srv.Dir {
 		t.Fatalf("javascript context: %+v, %v", js, err)
 	}
-	if e := runCode(t, sb, "1 + 1", sdk.WithCodeContext(js.ID)); e.Text() != "2" {
+	if e := codetest.MustRunCode(t, sb, "1 + 1", sdk.WithCodeContext(js.ID)); e.Text() != "2" {
 		t.Fatalf("javascript context: %+v", e)
 	}
 
@@ -276,15 +260,15 @@ func TestRunCodeTimeout(t *testing.T) {
 		{"bash", "kept=7", "echo spinning; sleep 600", "echo $kept", "7"},
 	} {
 		t.Run(tc.lang, func(t *testing.T) {
-			runCode(t, sb, tc.set, sdk.WithLanguage(tc.lang))
-			e, err := sb.RunCode(codeContext(t), tc.spin, sdk.WithLanguage(tc.lang), sdk.WithCodeTimeout(3*time.Second))
+			codetest.MustRunCode(t, sb, tc.set, sdk.WithLanguage(tc.lang))
+			e, err := sb.RunCode(codetest.Context(t), tc.spin, sdk.WithLanguage(tc.lang), sdk.WithCodeTimeout(3*time.Second))
 			if !sdk.IsDeadlineExceeded(err) {
 				t.Fatalf("RunCode past its timeout: %v", err)
 			}
 			if e == nil || !strings.Contains(strings.Join(e.Logs.Stdout, ""), "spinning") {
 				t.Fatalf("the partial execution: %+v", e)
 			}
-			after := runCode(t, sb, tc.check, sdk.WithLanguage(tc.lang))
+			after := codetest.MustRunCode(t, sb, tc.check, sdk.WithLanguage(tc.lang))
 			got := after.Text()
 			if got == "" { // bash has no results: it prints
 				got = strings.TrimSpace(strings.Join(after.Logs.Stdout, ""))
@@ -301,7 +285,7 @@ func TestRunCodeTimeout(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("RunCode whose context ended: %v", err)
 		}
-		if e := runCode(t, sb, "kept"); e.Text() != "7" {
+		if e := codetest.MustRunCode(t, sb, "kept"); e.Text() != "7" {
 			t.Fatalf("after the cancelled cell: %+v", e)
 		}
 	})
@@ -314,7 +298,7 @@ func TestRunCodeWithoutInterpreter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := codeContext(t)
+	ctx := codetest.Context(t)
 	if _, err := sb.RunCode(ctx, "1"); !sdk.IsUnavailable(err) || !strings.Contains(err.Error(), "code-interpreter template") {
 		t.Errorf("RunCode: %v, want unavailable with a hint", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lightbearco/tupper/sdk"
 )
@@ -55,4 +56,23 @@ func RestartAndRemove(ctx context.Context, t testing.TB, sb *sdk.Sandbox, contex
 			t.Errorf("%s of a removed context: %v, want not found", name, err)
 		}
 	}
+}
+
+// Context returns a context for one test's calls to the interpreter,
+// bounded by three minutes (a kernel's first start in a sandbox takes
+// seconds) and ended with the test.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// MustRunCode runs a cell that must reach the interpreter and end.
+func MustRunCode(t testing.TB, sb *sdk.Sandbox, code string, opts ...sdk.RunCodeOption) *sdk.Execution {
+	t.Helper()
+	exec, err := sb.RunCode(Context(t), code, opts...)
+	if err != nil {
+		t.Fatalf("RunCode(%q): %v", code, err)
+	}
+	return exec
 }
