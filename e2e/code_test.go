@@ -32,8 +32,6 @@ func TestCodeInterpreterClients(t *testing.T) {
 	t.Run("CLI", func(t *testing.T) { testCLIRunCode(t, d) })
 }
 
-// codeContext bounds one step of the code tests.
-
 // createCodeSandbox makes a sandbox of template (the code-interpreter one
 // when empty) through the Go SDK; the test kills it.
 func createCodeSandbox(t *testing.T, d *serveDaemon, template string) *sdk.Sandbox {
