@@ -32,7 +32,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lightbearco/tupper/image"
-	"github.com/lightbearco/tupper/internal/testutil"
 )
 
 // testTime is the modification time of every entry the tests put in layers.
@@ -383,11 +382,4 @@ func ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return c
-}
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		testutil.Skip(t, "needs root to keep file ownership: run the tests as root (CI does)")
-	}
 }

@@ -39,7 +39,6 @@ type ndjson struct {
 	flusher http.Flusher
 	enc     *json.Encoder
 	broken  bool
-	failed  bool
 }
 
 func newNDJSON(w http.ResponseWriter) *ndjson {
@@ -82,9 +81,6 @@ func (o *ndjson) result(data map[string]any, main bool) {
 }
 
 func (o *ndjson) fail(name, value, traceback string) {
-	o.mu.Lock()
-	o.failed = true
-	o.mu.Unlock()
 	o.write(map[string]any{"type": "error", "name": name, "value": value, "traceback": traceback})
 }
 
@@ -94,13 +90,6 @@ func (o *ndjson) count(n int) {
 
 func (o *ndjson) end() {
 	o.write(map[string]any{"type": "end_of_execution"})
-}
-
-// hasFailed reports whether the cell reported an error.
-func (o *ndjson) hasFailed() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.failed
 }
 
 // splitUTF8 splits b before an unfinished UTF-8 sequence at its end, so
