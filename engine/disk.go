@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"syscall"
 
-	"golang.org/x/sys/unix"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
@@ -71,13 +70,13 @@ func (o *CreateOptions) validateDisk(cfg *Config) error {
 // checkHostDisk fails with errdefs.ErrUnavailable when the disk of the
 // engine's state has too little free space for a create.
 func (e *Engine) checkHostDisk() error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(e.cfg.Root, &st); err != nil {
+	free, err := freeBytes(e.cfg.Root)
+	if err != nil {
 		// Not knowing is no reason to refuse: the create's own writes
 		// will tell.
 		return nil
 	}
-	if free := int64(st.Bavail) * st.Bsize; free < minHostFreeBytes {
+	if free < minHostFreeBytes {
 		return errHostDiskFull(e.cfg.Root, fmt.Errorf("%d MiB free, below the %d MiB a create needs", free>>20, minHostFreeBytes>>20))
 	}
 	return nil

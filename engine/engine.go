@@ -19,8 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/engine/store"
 	"github.com/lightbearco/tupper/errdefs"
@@ -281,18 +279,9 @@ func (e *Engine) releaseImage(ctx context.Context, id string) {
 	}
 }
 
-// lockRoot takes an exclusive lock on root so that two engines never manage
-// the same sandboxes.
-func lockRoot(root string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(root, "engine.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("engine lock: %w", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("engine root %s is in use by another tupper process (stop it, or use another state directory): %w", root, errdefs.ErrUnavailable)
-	}
-	return f, nil
+// errRootInUse: another engine holds root's lock (lockRoot).
+func errRootInUse(root string) error {
+	return fmt.Errorf("engine root %s is in use by another tupper process (stop it, or use another state directory): %w", root, errdefs.ErrUnavailable)
 }
 
 // Close stops the engine's timers and closes its state. Sandboxes keep

@@ -12,4 +12,13 @@ if [ "${CI:-}" = true ]; then export TUPPER_REQUIRE_ALL=1; fi
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(./...)
 go vet ./...
+# The CLI and daemon build, and pass vet, for every OS Tupper means to
+# serve; the agent, which runs inside Linux sandboxes, for Linux's two
+# architectures. (Backends for macOS and Windows are still to come: there
+# the binary is a client of a daemon elsewhere.)
+for target in linux/arm64 darwin/arm64 windows/amd64; do
+  GOOS=${target%/*} GOARCH=${target#*/} go vet ./cmd/tupper
+  GOOS=${target%/*} GOARCH=${target#*/} go build -o /dev/null ./cmd/tupper
+done
+GOARCH=arm64 go build -o /dev/null ./cmd/tupper-agent
 go test -timeout 25m -count=1 "${args[@]}"

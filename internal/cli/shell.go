@@ -77,15 +77,14 @@ func runShell(ctx context.Context, g *globals, o *shellOptions) error {
 		defer term.Restore(inFd, old)
 	}
 
-	winch := make(chan os.Signal, 1)
-	signal.Notify(winch, syscall.SIGWINCH)
-	defer signal.Stop(winch)
+	resized, stop := watchResize()
+	defer stop()
 	go func() {
 		for {
 			select {
 			case <-h.Done():
 				return
-			case <-winch:
+			case <-resized:
 				if c, r, ok := size(g.stdin, g.stdout); ok {
 					_ = sb.PTY.Resize(ctx, h.PID(), c, r)
 				}
