@@ -61,9 +61,13 @@ func Open(name string, cfg Config) (Backend, error) {
 	return f(cfg)
 }
 
-// unregisterForTest removes name; tests of the registry use it.
+// unregisterForTest removes name and its check; tests of the registry use
+// it.
 func unregisterForTest(name string) {
 	mu.Lock()
-	defer mu.Unlock()
 	delete(factories, name)
+	mu.Unlock()
+	checksMu.Lock()
+	delete(checks, name)
+	checksMu.Unlock()
 }

@@ -27,13 +27,17 @@ import (
 // DefaultRoot is where Tupper keeps its state unless told otherwise.
 const DefaultRoot = "/var/lib/tupper"
 
+// DefaultBackend is the backend a runtime uses unless told otherwise: the
+// one this host runs best (gVisor on Linux, the only one built yet).
+const DefaultBackend = "gvisor"
+
 // Config configures a Runtime. The zero value is usable.
 type Config struct {
 	// Root is the state directory; empty means $TUPPER_ROOT, else DefaultRoot.
 	Root string
 	// ImageRoot is the image store's directory; empty means Root/images.
 	ImageRoot string
-	// Backend names the backend; empty means "gvisor".
+	// Backend names the backend; empty means DefaultBackend.
 	Backend string
 	// BackendOptions are passed to the backend (see each backend's doc).
 	BackendOptions map[string]string
@@ -76,7 +80,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		cfg.Root = DefaultRoot
 	}
 	if cfg.Backend == "" {
-		cfg.Backend = "gvisor"
+		cfg.Backend = DefaultBackend
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -50,3 +50,9 @@ func (b *Backend) Resume(ctx context.Context, id string) error { return errUnsup
 func (b *Backend) Stats(ctx context.Context, id string) (*backend.Stats, error) {
 	return nil, errUnsupported
 }
+
+// check says that gVisor runs only on Linux.
+func check(context.Context) []backend.Finding {
+	return []backend.Finding{{What: "operating system", Detail: "gVisor runs only on Linux",
+		Fix: "use this host's own backend, or run tupper serve on a Linux machine and point the client at it (TUPPER_API_URL)"}}
+}

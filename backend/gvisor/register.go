@@ -22,6 +22,7 @@ var optionKeys = []string{"debug", "platform", "runsc"}
 
 func init() {
 	backend.Register("gvisor", open)
+	backend.RegisterCheck("gvisor", check)
 }
 
 func open(c backend.Config) (backend.Backend, error) {
