@@ -3,7 +3,7 @@
 ADDR ?= 127.0.0.1:3000
 CMD ?= python3 -c 'import platform; print("hello from", platform.uname().system, "in a gVisor sandbox")'
 
-.PHONY: setup build base run demo test bench proto
+.PHONY: setup build base run demo test bench proto dist
 
 setup build:
 	scripts/setup.sh
@@ -32,3 +32,9 @@ bench: setup
 
 proto:
 	scripts/gen-proto.sh
+
+# dist writes the release archives (tupper for linux/amd64, linux/arm64,
+# darwin/arm64 and windows/amd64, each with its sandboxes' tupper-agent)
+# and their SHA256SUMS to dist/.
+dist:
+	scripts/dist.sh dist

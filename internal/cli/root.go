@@ -83,6 +83,6 @@ func newRoot(g *globals) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.backend, "backend", "", "sandbox backend (default gvisor)")
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log what happens")
 	root.AddCommand(newImageCmd(g), newRunCmd(g), newServeCmd(g), newMCPCmd(g))
-	root.AddCommand(newCreateCmd(g), newLsCmd(g), newInfoCmd(g), newExecCmd(g), newRunCodeCmd(g), newShellCmd(g), newCpCmd(g), newReadCmd(g), newWriteCmd(g), newKillCmd(g), newTimeoutCmd(g), newNetworkCmd(g), newKeysCmd(g), newDoctorCmd(g))
+	root.AddCommand(newCreateCmd(g), newLsCmd(g), newInfoCmd(g), newExecCmd(g), newRunCodeCmd(g), newShellCmd(g), newCpCmd(g), newReadCmd(g), newWriteCmd(g), newKillCmd(g), newTimeoutCmd(g), newNetworkCmd(g), newKeysCmd(g), newDoctorCmd(g), newVersionCmd(g))
 	return root
 }
