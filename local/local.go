@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/lightbearco/tupper/backend"
-	_ "github.com/lightbearco/tupper/backend/gvisor" // the default backend on Linux
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/image"
@@ -27,9 +26,6 @@ import (
 // DefaultRoot is where Tupper keeps its state unless told otherwise.
 const DefaultRoot = "/var/lib/tupper"
 
-// DefaultBackend is the backend a runtime uses unless told otherwise: the
-// one this host runs best (gVisor on Linux, the only one built yet).
-const DefaultBackend = "gvisor"
 
 // Config configures a Runtime. The zero value is usable.
 type Config struct {

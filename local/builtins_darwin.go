@@ -1,0 +1,6 @@
+package local
+
+// DefaultBackend is the backend a runtime uses unless told otherwise: on
+// macOS, Apple's containers, which are not built yet (`tupper doctor` says
+// so); until then tupper there is a client of a daemon elsewhere.
+const DefaultBackend = "apple"
