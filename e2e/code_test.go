@@ -30,6 +30,30 @@ func TestCodeInterpreterClients(t *testing.T) {
 	t.Run("GoSDK", func(t *testing.T) { testGoSDKRunCode(t, d) })
 	t.Run("MCP", func(t *testing.T) { testMCPRunCode(t, d) })
 	t.Run("CLI", func(t *testing.T) { testCLIRunCode(t, d) })
+	t.Run("the interpreter comes back after a cell kills it", func(t *testing.T) { testInterpreterComesBack(t, d) })
+}
+
+// testInterpreterComesBack: a cell runs as the same user as the
+// interpreter's server and may kill it; the agent, which holds its port,
+// starts it again, and the next cell runs in a fresh context.
+func testInterpreterComesBack(t *testing.T, d *serveDaemon) {
+	sb := createCodeSandbox(t, d, "")
+	codetest.MustRunCode(t, sb, "kept = 1")
+	// The brackets keep pkill from matching the shell that runs it.
+	sb.RunCode(codetest.Context(t), `pkill -9 -f "[t]upper-agent code-interpreter"`, sdk.WithLanguage(sdk.LanguageBash))
+	var e *sdk.Execution
+	var err error
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if e, err = sb.RunCode(codetest.Context(t), "1 + 1"); err == nil {
+			break
+		}
+	}
+	if err != nil || e.Text() != "2" {
+		t.Fatalf("a minute after the interpreter was killed: %+v, %v", e, err)
+	}
+	if e := codetest.MustRunCode(t, sb, "kept"); e.Error == nil || e.Error.Name != "NameError" {
+		t.Fatalf("the state of the killed interpreter's kernel: %+v", e)
+	}
 }
 
 // createCodeSandbox makes a sandbox of template (the code-interpreter one
