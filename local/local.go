@@ -26,7 +26,6 @@ import (
 // DefaultRoot is where Tupper keeps its state unless told otherwise.
 const DefaultRoot = "/var/lib/tupper"
 
-
 // Config configures a Runtime. The zero value is usable.
 type Config struct {
 	// Root is the state directory; empty means $TUPPER_ROOT, else DefaultRoot.
