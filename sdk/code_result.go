@@ -137,51 +137,31 @@ func parseResult(line map[string]json.RawMessage) Result {
 		}
 		r.Extra[k] = x
 	}
+	texts := map[string]*string{
+		"text": &r.Text, "html": &r.HTML, "markdown": &r.Markdown,
+		"svg": &r.SVG, "latex": &r.LaTeX, "javascript": &r.JavaScript,
+	}
+	bins := map[string]*[]byte{"png": &r.PNG, "jpeg": &r.JPEG, "pdf": &r.PDF}
+	raws := map[string]*json.RawMessage{"json": &r.JSON, "data": &r.Data, "chart": &r.Chart}
 	for k, v := range line {
-		var text *string
-		var bin *[]byte
-		switch k {
-		case "type":
-			continue
-		case "is_main_result":
-			_ = json.Unmarshal(v, &r.IsMainResult)
-			continue
-		case "json":
-			r.JSON = v
-			continue
-		case "data":
-			r.Data = v
-			continue
-		case "chart":
-			r.Chart = v
-			continue
-		case "text":
-			text = &r.Text
-		case "html":
-			text = &r.HTML
-		case "markdown":
-			text = &r.Markdown
-		case "svg":
-			text = &r.SVG
-		case "latex":
-			text = &r.LaTeX
-		case "javascript":
-			text = &r.JavaScript
-		case "png":
-			bin = &r.PNG
-		case "jpeg":
-			bin = &r.JPEG
-		case "pdf":
-			bin = &r.PDF
-		default:
-			extra(k, v)
+		if k == "type" {
 			continue
 		}
-		s, ok := str(v)
+		if k == "is_main_result" {
+			_ = json.Unmarshal(v, &r.IsMainResult)
+			continue
+		}
+		if raw, ok := raws[k]; ok {
+			*raw = v
+			continue
+		}
+		text, isText := texts[k]
+		bin, isBin := bins[k]
+		s, isString := str(v)
 		switch {
-		case !ok:
+		case !isText && !isBin, !isString:
 			extra(k, v)
-		case text != nil:
+		case isText:
 			*text = s
 		default:
 			b, err := decodeBase64(s)
