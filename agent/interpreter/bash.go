@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -25,11 +24,9 @@ import (
 // to stdout and stderr and the cell's status to descriptor 3, so the
 // kernel knows where the cell's output ends.
 type bashKernel struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
+	*process
 	status chan int
 	marks  chan string // the stream whose marker was just seen
-	exited chan struct{}
 	mark   []byte
 	cell   string // the file each cell is written to
 	dir    string // private directory holding cell
@@ -47,7 +44,7 @@ func startBash(spec kernelSpec) (*bashKernel, error) {
 	var nonce [12]byte
 	_, _ = rand.Read(nonce[:])
 	k := &bashKernel{
-		status: make(chan int, 4), marks: make(chan string, 8), exited: make(chan struct{}),
+		status: make(chan int, 4), marks: make(chan string, 8),
 		mark: []byte("\x1eTUPPER-" + hex.EncodeToString(nonce[:]) + "\x1e"),
 		cell: filepath.Join(dir, "cell.sh"), dir: dir, log: spec.log,
 	}
@@ -56,15 +53,10 @@ func startBash(spec kernelSpec) (*bashKernel, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	k.cmd, k.stdin = p.cmd, p.stdin
-	cmd := p.cmd
+	k.process = p
 	go k.scan("stdout", p.stdout)
 	go k.scan("stderr", p.stderr)
 	go k.readStatus(p.fd3)
-	go func() {
-		_ = cmd.Wait()
-		close(k.exited)
-	}()
 	// An interrupt ends the cell, not the shell: the trap returns from
 	// the sourced cell file.
 	if _, err := io.WriteString(k.stdin, "trap 'return 130 2>/dev/null' INT\n"); err != nil {
@@ -152,7 +144,7 @@ func (k *bashKernel) execute(ctx context.Context, code string, env map[string]st
 	done := ctx.Done()
 	var intr interruption
 	defer intr.stop()
-	interrupt := func() { _ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGINT) }
+	interrupt := func() { _ = k.signalGroup(syscall.SIGINT) }
 	for status < 0 || marks < 2 {
 		select {
 		case status = <-k.status:
@@ -212,8 +204,6 @@ func shellQuote(s string) string {
 }
 
 func (k *bashKernel) close() {
-	k.stdin.Close()
-	_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
-	<-k.exited
+	k.process.close()
 	os.RemoveAll(k.dir)
 }

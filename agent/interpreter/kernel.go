@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -136,13 +135,11 @@ type event struct {
 // JSON lines on stdin and writes events on descriptor 3: the Python
 // bridge and the JavaScript driver (kernels/).
 type procKernel struct {
-	lang  string
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
+	*process
+	lang string
 	// interrupt asks the process to interrupt the running cell.
 	interrupt func() error
 	events    chan event
-	exited    chan struct{}
 	log       *slog.Logger
 
 	cell runningCell // for what the process prints directly
@@ -155,17 +152,11 @@ func startProcKernel(ctx context.Context, spec kernelSpec, interrupt func(*procK
 	if err != nil {
 		return nil, err
 	}
-	cmd := p.cmd
-	k := &procKernel{lang: spec.lang, cmd: cmd, stdin: p.stdin, events: make(chan event, 64), exited: make(chan struct{}), log: spec.log}
+	k := &procKernel{process: p, lang: spec.lang, events: make(chan event, 64), log: spec.log}
 	k.interrupt = func() error { return interrupt(k) }
 	go k.relay("stdout", p.stdout, spec.rawOutput)
 	go k.relay("stderr", p.stderr, spec.rawOutput)
 	go k.readEvents(p.fd3)
-	go func() {
-		err := cmd.Wait()
-		k.log.Debug("kernel exited", "language", spec.lang, "err", err)
-		close(k.exited)
-	}()
 
 	select {
 	case ev, ok := <-k.events:
@@ -185,11 +176,25 @@ func startProcKernel(ctx context.Context, spec kernelSpec, interrupt func(*procK
 	}
 }
 
-// process is a started kernel process and the parent's ends of its pipes.
+// process is a started kernel process and the parent's ends of its pipes;
+// exited closes once it has been waited for.
 type process struct {
 	cmd                 *exec.Cmd
 	stdin               *os.File
 	stdout, stderr, fd3 *os.File
+	exited              chan struct{}
+}
+
+// signalGroup sends sig to the process and everything its cells started.
+func (p *process) signalGroup(sig syscall.Signal) error {
+	return syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+
+// close ends the process's group and waits for the process.
+func (p *process) close() {
+	p.stdin.Close()
+	_ = p.signalGroup(syscall.SIGKILL)
+	<-p.exited
 }
 
 // startProcess starts spec's program in a process group of its own, with
@@ -228,7 +233,13 @@ func startProcess(spec kernelSpec) (*process, error) {
 	pipes[1][1].Close()
 	pipes[2][1].Close()
 	pipes[3][1].Close()
-	return &process{cmd: cmd, stdin: pipes[0][1], stdout: pipes[1][0], stderr: pipes[2][0], fd3: pipes[3][0]}, nil
+	p := &process{cmd: cmd, stdin: pipes[0][1], stdout: pipes[1][0], stderr: pipes[2][0], fd3: pipes[3][0], exited: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		spec.log.Debug("kernel exited", "language", spec.lang, "err", err)
+		close(p.exited)
+	}()
+	return p, nil
 }
 
 // kernelSpec is how to start a kernel process.
@@ -373,12 +384,6 @@ func (k *procKernel) sendInterrupt() {
 	}
 }
 
-func (k *procKernel) close() {
-	k.stdin.Close()
-	// The whole group: the kernel and what its cells started.
-	_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
-	<-k.exited
-}
 
 // writeCommand sends one command line to the process.
 func (k *procKernel) writeCommand(cmd map[string]any) error {
