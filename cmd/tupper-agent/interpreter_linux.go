@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -107,15 +106,9 @@ func serveCodeInterpreter(args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "code-interpreter")
-	token := ""
-	if *tokenFD >= 0 {
-		f := os.NewFile(uintptr(*tokenFD), "token")
-		b, err := io.ReadAll(f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("read the access token: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
+	token, err := accessToken("", *tokenFD)
+	if err != nil {
+		return err
 	}
 	lf := os.NewFile(uintptr(*listenFD), "listener")
 	ln, err := net.FileListener(lf)
