@@ -384,7 +384,6 @@ func (k *procKernel) sendInterrupt() {
 	}
 }
 
-
 // writeCommand sends one command line to the process.
 func (k *procKernel) writeCommand(cmd map[string]any) error {
 	b, err := json.Marshal(cmd)
