@@ -74,6 +74,10 @@ type Spec struct {
 	// sandbox of that image and must never be written: backends give each
 	// sandbox a copy-on-write view of it.
 	RootFS string
+	// Image is the same image as layers and metadata, for backends that
+	// need it in another form than a directory; nil when the root came
+	// from elsewhere than the image store (a test's directory).
+	Image *Image
 	// Env is the environment of the agent, KEY=VALUE; the agent passes it
 	// on to the processes it starts.
 	Env []string

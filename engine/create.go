@@ -178,6 +178,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	spec := &backend.Spec{
 		ID:        sb.ID,
 		RootFS:    img.RootFS,
+		Image:     backendImage(img),
 		Env:       sandboxEnv(img.Config.Env, opts.Env, sb.AccessToken),
 		Agent:     backend.Agent{Path: e.cfg.AgentPath, Args: agentArgs(sb)},
 		Resources: backend.Resources{CPUs: sb.CPUs, MemoryBytes: int64(sb.MemoryMB) << 20, Pids: orDefault(opts.Pids, e.cfg.DefaultPids), DiskBytes: int64(sb.DiskMB) << 20},
@@ -343,4 +344,26 @@ func checkMetadataSize(md map[string]string) error {
 		return fmt.Errorf("create: metadata of %d bytes is more than the %d a sandbox may carry: %w", total, maxMetadataTotal, errdefs.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// backendImage is img as a backend receives it: layers and metadata beside
+// the unpacked RootFS. An image without layers on record (a stand-in of a
+// test) gives nil.
+func backendImage(img *image.Image) *backend.Image {
+	if img.ChainID == "" || len(img.Layers) == 0 {
+		return nil
+	}
+	blob := func(b image.Blob) backend.Blob {
+		return backend.Blob{Digest: b.Digest, MediaType: b.MediaType, Size: b.Size, Path: b.Path}
+	}
+	out := &backend.Image{
+		ID: img.ID, Names: slices.Clone(img.Names), ChainID: img.ChainID,
+		Manifest: blob(img.Manifest), Config: blob(img.ConfigBlob),
+		Env: slices.Clone(img.Config.Env), User: img.Config.User, WorkingDir: img.Config.WorkingDir,
+		Labels: maps.Clone(img.Config.Labels),
+	}
+	for _, l := range img.Layers {
+		out.Layers = append(out.Layers, backend.Layer{Blob: blob(l.Blob), DiffID: l.DiffID})
+	}
+	return out
 }

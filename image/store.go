@@ -13,6 +13,9 @@ import (
 	"strings"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
 	"github.com/lightbearco/tupper/errdefs"
 )
 
@@ -66,6 +69,30 @@ type Image struct {
 	// Created is when the image was made, as its config says; if the config
 	// does not say, when the store first got it.
 	Created time.Time
+	// ChainID names the image's stack of layers: images with equal stacks
+	// share it, and their RootFS.
+	ChainID string
+	// Manifest and ConfigBlob are the image's OCI manifest and config, and
+	// Layers its layer blobs, lowest first: files in the store, for
+	// backends that need the image in another form than a directory.
+	Manifest   Blob
+	ConfigBlob Blob
+	Layers     []Layer
+}
+
+// Blob is one content-addressed file in the store.
+type Blob struct {
+	Digest    string
+	MediaType string
+	Size      int64
+	// Path is the blob's file; it must never be written.
+	Path string
+}
+
+// Layer is a layer blob and the digest of its uncompressed content.
+type Layer struct {
+	Blob
+	DiffID string
 }
 
 // ImageConfig is the part of an image's config that decides how its
@@ -193,14 +220,38 @@ func (s *Store) List(ctx context.Context) ([]*Image, error) {
 }
 
 func (s *Store) image(idx *indexFile, r *record) *Image {
-	return &Image{
-		ID:      r.ID,
-		Names:   idx.namesOf(r.ID),
-		RootFS:  s.rootfsPath(r.ChainID),
-		Config:  r.Config,
-		Size:    r.Size,
-		Created: r.Created,
+	img := &Image{
+		ID:       r.ID,
+		Names:    idx.namesOf(r.ID),
+		RootFS:   s.rootfsPath(r.ChainID),
+		Config:   r.Config,
+		Size:     r.Size,
+		Created:  r.Created,
+		ChainID:  r.ChainID,
+		Manifest: s.blob(r.Manifest, string(types.OCIManifestSchema1), -1),
+		// The config blob's size is its file's; the index does not keep it.
+		ConfigBlob: s.blob(r.ID, string(types.OCIConfigJSON), -1),
 	}
+	for _, l := range r.Layers {
+		img.Layers = append(img.Layers, Layer{Blob: s.blob(l.Digest, l.MediaType, l.Size), DiffID: l.DiffID})
+	}
+	return img
+}
+
+// blob describes the store's blob of digest; a size below zero is read
+// from the file (zero when it is missing).
+func (s *Store) blob(digest, mediaType string, size int64) Blob {
+	b := Blob{Digest: digest, MediaType: mediaType, Size: size}
+	if d, err := v1.NewHash(digest); err == nil {
+		b.Path = s.blobPath(d)
+	}
+	if size < 0 {
+		b.Size = 0
+		if fi, err := os.Stat(b.Path); err == nil {
+			b.Size = fi.Size()
+		}
+	}
+	return b
 }
 
 // Tag gives the image that ref resolves to (as in Resolve) one more name. A

@@ -3,7 +3,10 @@
 package image_test
 
 import (
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -258,5 +261,50 @@ func TestTextProgress(t *testing.T) {
 	}, "\n")
 	if diff := cmp.Diff(want, b.String()); diff != "" {
 		t.Errorf("output (-want +got):\n%s", diff)
+	}
+}
+
+// TestResolveGivesTheBlobs checks what a backend that needs the image as
+// layers relies on: the manifest, config and layer files are in the store,
+// their bytes match their digests, and the manifest names the same config
+// and layers.
+func TestResolveGivesTheBlobs(t *testing.T) {
+	testutil.RequiresRoot(t)
+	s := newStore(t)
+	img := imageOf(t, layerTar(t, file("a", "a", 0o644)), layerTar(t, file("b", "b", 0o644)))
+	importImage(t, s, img, "layers:1")
+	got, err := s.Resolve(ctx(t), "layers:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ChainID == "" || len(got.Layers) != 2 {
+		t.Fatalf("chain id %q, %d layers; want a chain id and 2 layers", got.ChainID, len(got.Layers))
+	}
+	blobs := append([]image.Blob{got.Manifest, got.ConfigBlob}, got.Layers[0].Blob, got.Layers[1].Blob)
+	for _, b := range blobs {
+		data, err := os.ReadFile(b.Path)
+		if err != nil {
+			t.Fatalf("blob %s: %v", b.Digest, err)
+		}
+		if sum := fmt.Sprintf("sha256:%x", sha256.Sum256(data)); sum != b.Digest {
+			t.Errorf("blob %s holds bytes of digest %s", b.Digest, sum)
+		}
+		if int64(len(data)) != b.Size || b.MediaType == "" {
+			t.Errorf("blob %s: size %d (file %d), media type %q", b.Digest, b.Size, len(data), b.MediaType)
+		}
+	}
+	if got.ConfigBlob.Digest != got.ID {
+		t.Errorf("config blob %s, image id %s", got.ConfigBlob.Digest, got.ID)
+	}
+	var m struct {
+		Config struct{ Digest string }
+		Layers []struct{ Digest string }
+	}
+	raw, _ := os.ReadFile(got.Manifest.Path)
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Config.Digest != got.ID || len(m.Layers) != 2 || m.Layers[0].Digest != got.Layers[0].Digest || m.Layers[1].Digest != got.Layers[1].Digest {
+		t.Errorf("manifest %s does not name the image's config and layers", raw)
 	}
 }
