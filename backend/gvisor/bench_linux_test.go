@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lightbearco/tupper/backend/internal/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -114,7 +115,7 @@ func rawRunsc(b *testing.B, root string, args ...string) {
 	cmd := exec.Command(runsc, full...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Run(); err != nil {
-		b.Fatalf("runsc %v: %v: %s", args, err, tail(out.Name(), 2048))
+		b.Fatalf("runsc %v: %v: %s", args, err, oci.Tail(out.Name(), 2048))
 	}
 }
 

@@ -2,7 +2,6 @@ package gvisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,12 +13,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	runc "github.com/containerd/go-runc"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/internal/oci"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/internal/cleanup"
 	"github.com/lightbearco/tupper/network"
@@ -64,7 +63,7 @@ type Backend struct {
 	sandboxes string
 	limitSwap bool
 	pids      *pidBudget
-	locks     idLocks
+	locks     oci.IDLocks
 	// foreign finds the runsc commands an earlier process left running.
 	foreign foreignRunsc
 }
@@ -163,7 +162,7 @@ func New(cfg Config) (*Backend, error) {
 		pool:      pool,
 		egress:    egress,
 		sandboxes: sandboxes,
-		limitSwap: swapLimitable(),
+		limitSwap: oci.SwapLimitable(),
 		pids:      pids,
 		foreign:   foreignRunsc{since: time.Now()},
 	}, nil
@@ -193,7 +192,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		return nil, err
 	}
 	id := spec.ID
-	defer b.locks.lock(id)()
+	defer b.locks.Lock(id)()
 	log := b.log.With("sandbox", id, "op", "start")
 	begin := time.Now()
 	step := func(name string, since time.Time) { log.Debug("step done", "step", name, "took", time.Since(since)) }
@@ -223,8 +222,8 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		}
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
-	undo.Add(func() error { return removeBundle(dir) })
-	if dirs, err := cgroupDirs(cgPath); err != nil || len(dirs) > 0 {
+	undo.Add(func() error { return oci.RemoveBundle(dir) })
+	if dirs, err := oci.CgroupDirs(cgPath); err != nil || len(dirs) > 0 {
 		// Someone else's sandbox of this id (another Root) owns the cgroup.
 		return nil, fmt.Errorf("sandbox %q: cgroup %s in use (%v): %w", id, cgPath, err, errdefs.ErrAlreadyExists)
 	}
@@ -266,7 +265,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	})
 	step("network", t)
 
-	oci := buildSpec(specInput{
+	ociSpec := buildSpec(specInput{
 		Spec:        b.withNetwork(spec, ep),
 		RootPath:    rootfs,
 		Limits:      lim,
@@ -274,7 +273,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		CgroupsPath: cgPath,
 		LimitSwap:   b.limitSwap,
 	})
-	if err := writeJSON(filepath.Join(dir, specFile), oci); err != nil {
+	if err := oci.WriteJSON(filepath.Join(dir, specFile), ociSpec); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
 
@@ -287,7 +286,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	undo.Add(func() error {
 		c, cancel := cleanupCtx()
 		defer cancel()
-		return errors.Join(b.destroy(c, id), removeCgroup(cgPath))
+		return errors.Join(b.destroy(c, id), oci.RemoveCgroup(cgPath))
 	})
 	// runsc steps are not cut short by ctx: a runsc create killed halfway
 	// leaves processes and state files that runsc itself no longer knows.
@@ -300,11 +299,11 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	create := *b.runsc
 	create.ExtraArgs = append(slices.Clip(b.runsc.ExtraArgs), overlayFlag(dir, b.diskBytes(spec.Resources)))
 	err = create.Create(rctx, id, dir, &runc.CreateOpts{
-		IO:      fileIO{console},
+		IO:      oci.FileIO{F: console},
 		PidFile: filepath.Join(dir, pidFile),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: runsc create: %w: %s", id, err, tail(consolePath(dir), 2048))
+		return nil, fmt.Errorf("sandbox %q: runsc create: %w: %s", id, err, oci.Tail(consolePath(dir), 2048))
 	}
 	step("create", t)
 	// runsc has shown the sandbox its memory limit; the host's sits a
@@ -328,7 +327,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		return nil, fmt.Errorf("sandbox %q: after runsc start: %w", id, context.Cause(ctx))
 	}
 
-	pid, err := readPid(filepath.Join(dir, pidFile))
+	pid, err := oci.ReadPid(filepath.Join(dir, pidFile))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
@@ -338,7 +337,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		Pid:       pid,
 		StartedAt: time.Now().UTC(),
 	}
-	if err := writeJSON(filepath.Join(dir, recordFile), record{Sandbox: sb, Limits: lim, DiskBytes: b.diskBytes(spec.Resources), Labels: spec.Labels}); err != nil {
+	if err := oci.WriteJSON(filepath.Join(dir, recordFile), record{Sandbox: sb, Limits: lim, DiskBytes: b.diskBytes(spec.Resources), Labels: spec.Labels}); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
 	undo.Release()
@@ -442,7 +441,7 @@ func (b *Backend) Stop(ctx context.Context, id string) error {
 	if err := network.ValidateID(id); err != nil {
 		return err
 	}
-	defer b.locks.lock(id)()
+	defer b.locks.Lock(id)()
 	begin := time.Now()
 	// A runsc command of a daemon that died mid-Start (or mid-Stop) may
 	// still run on id; cleaning up under it would leave what it makes.
@@ -459,7 +458,7 @@ func (b *Backend) Stop(ctx context.Context, id string) error {
 	// when the bundle says the cgroup is ours: another backend root may
 	// run a sandbox of the same id.
 	if owned {
-		if err := removeCgroup(cgroupsPath(b.cfg.CgroupParent, id)); err != nil {
+		if err := oci.RemoveCgroup(cgroupsPath(b.cfg.CgroupParent, id)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -470,7 +469,7 @@ func (b *Backend) Stop(ctx context.Context, id string) error {
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
-		if err := removeBundle(dir); err != nil {
+		if err := oci.RemoveBundle(dir); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -642,60 +641,4 @@ func (b *Backend) List(ctx context.Context) ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
-}
-
-func readPid(path string) (int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("pid file: %w", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return 0, fmt.Errorf("pid file: %w", err)
-	}
-	return pid, nil
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o600)
-}
-
-// idLocks serializes the calls for one id and lets calls for different ids
-// run at once.
-type idLocks struct {
-	mu sync.Mutex
-	m  map[string]*idLock
-}
-
-type idLock struct {
-	sync.Mutex
-	refs int
-}
-
-// lock locks id and returns the function that unlocks it.
-func (l *idLocks) lock(id string) (unlock func()) {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = map[string]*idLock{}
-	}
-	e := l.m[id]
-	if e == nil {
-		e = &idLock{}
-		l.m[id] = e
-	}
-	e.refs++
-	l.mu.Unlock()
-	e.Lock()
-	return func() {
-		e.Unlock()
-		l.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(l.m, id)
-		}
-		l.mu.Unlock()
-	}
 }

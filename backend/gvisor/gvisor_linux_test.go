@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/internal/oci"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/internal/testutil"
 )
@@ -236,7 +237,7 @@ func TestSandboxLifecycle(t *testing.T) {
 // oomKills returns the number of OOM kills in the memory cgroup of id.
 func oomKills(t *testing.T, b *Backend, id string) int {
 	t.Helper()
-	dirs, err := cgroupDirs(cgroupsPath(b.cfg.CgroupParent, id))
+	dirs, err := oci.CgroupDirs(cgroupsPath(b.cfg.CgroupParent, id))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/internal/oci"
 	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/network"
 )
@@ -201,7 +202,7 @@ func startSandbox(tb testing.TB, b *Backend, spec *backend.Spec) *backend.Sandbo
 	tb.Cleanup(func() { b.Stop(context.Background(), spec.ID) })
 	if err := waitHealthy(sb.AgentAddr, 10*time.Second); err != nil {
 		tb.Fatalf("agent of %s at %s: %v\nconsole:\n%s", spec.ID, sb.AgentAddr, err,
-			tail(consolePath(b.bundleDir(spec.ID)), 4096))
+			oci.Tail(consolePath(b.bundleDir(spec.ID)), 4096))
 	}
 	return sb
 }
@@ -363,7 +364,7 @@ func assertNothingLeft(tb testing.TB, b *Backend, id string) {
 		tb.Errorf("network lease of %s left", id)
 	}
 	// Cgroups.
-	if dirs, err := cgroupDirs(cgroupsPath(b.cfg.CgroupParent, id)); err != nil || len(dirs) > 0 {
+	if dirs, err := oci.CgroupDirs(cgroupsPath(b.cfg.CgroupParent, id)); err != nil || len(dirs) > 0 {
 		tb.Errorf("cgroups of %s left: %v %v", id, dirs, err)
 	}
 	// runsc state.

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lightbearco/tupper/backend/internal/oci"
 	"github.com/lightbearco/tupper/errdefs"
 )
 
@@ -26,7 +27,7 @@ import (
 // It runs after runsc create, which has shown the sandbox its own, lower
 // limit as MemTotal, and before runsc start.
 func setHostMemory(rel string, bytes int64) error {
-	dirs, err := cgroupDirs(rel)
+	dirs, err := oci.CgroupDirs(rel)
 	if err != nil {
 		return fmt.Errorf("cgroup %s: %w", rel, err)
 	}
@@ -272,7 +273,7 @@ func pidsHierarchy() (string, error) {
 		if sep < 5 || sep+3 >= len(fields) {
 			continue
 		}
-		mountPoint := unescapeMountPath(fields[4])
+		mountPoint := oci.UnescapeMountPath(fields[4])
 		switch fields[sep+1] {
 		case "cgroup":
 			if slices.Contains(strings.Split(fields[sep+3], ","), "pids") {

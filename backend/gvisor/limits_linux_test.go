@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/internal/oci"
 	"github.com/lightbearco/tupper/errdefs"
 )
 
@@ -20,7 +21,7 @@ import (
 // whichever hierarchy has it.
 func hostCgroupValue(t *testing.T, b *Backend, id string, files ...string) string {
 	t.Helper()
-	dirs, err := cgroupDirs(cgroupsPath(b.cfg.CgroupParent, id))
+	dirs, err := oci.CgroupDirs(cgroupsPath(b.cfg.CgroupParent, id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func testCgroupParent(t *testing.T) string {
 	rand.Read(r)
 	parent := "tupper-test-" + hex.EncodeToString(r)
 	t.Cleanup(func() {
-		if err := removeCgroup("/" + parent); err != nil {
+		if err := oci.RemoveCgroup("/" + parent); err != nil {
 			t.Errorf("remove test cgroup parent: %v", err)
 		}
 	})

@@ -41,7 +41,7 @@ func (b *Backend) UpdateNetwork(ctx context.Context, id string, policy *netpolic
 	if err := network.ValidateID(id); err != nil {
 		return err
 	}
-	defer b.locks.lock(id)()
+	defer b.locks.Lock(id)()
 	return b.pool.UpdatePolicy(ctx, id, policy)
 }
 

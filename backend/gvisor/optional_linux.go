@@ -30,7 +30,7 @@ func (b *Backend) transition(ctx context.Context, id, op string, from backend.St
 	if err := network.ValidateID(id); err != nil {
 		return err
 	}
-	defer b.locks.lock(id)()
+	defer b.locks.Lock(id)()
 	st, err := b.State(ctx, id)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/lightbearco/tupper/backend/internal/oci"
 	"golang.org/x/sys/unix"
 )
 
@@ -158,60 +159,11 @@ const legacyTmpDir = "tmp"
 func unmountRootFS(dir string) error {
 	var errs []error
 	for _, d := range append([]string{rootfsDir, logDir, legacyTmpDir}, hostSafeDirs...) {
-		if err := unmountAll(filepath.Join(dir, d)); err != nil {
+		if err := oci.UnmountAll(filepath.Join(dir, d)); err != nil {
 			errs = append(errs, rootfsErr(dir, err))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// unmountAll peels every mount stacked at target.
-func unmountAll(target string) error {
-	for range 16 {
-		err := unix.Unmount(target, unix.MNT_DETACH)
-		if err == nil {
-			continue
-		}
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		return fmt.Errorf("unmount %s: %w", target, err)
-	}
-	return fmt.Errorf("%s: still mounted after 16 unmounts", target)
-}
-
-// removeBundle removes the bundle directory dir, but never while something
-// is mounted below it: removing a mounted rootfs would recurse into it.
-func removeBundle(dir string) error {
-	mounted, err := mountsBelow(dir)
-	if err != nil {
-		return err
-	}
-	if len(mounted) > 0 {
-		return fmt.Errorf("bundle %s: not removed, mounts remain: %v", dir, mounted)
-	}
-	return os.RemoveAll(dir)
-}
-
-// mountsBelow returns the mount points at or under dir.
-func mountsBelow(dir string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	dir = filepath.Clean(dir)
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountPath(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	return out, nil
 }
 
 // overlayUnsafe reports whether path cannot be given to overlayfs as a

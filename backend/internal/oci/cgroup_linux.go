@@ -1,4 +1,4 @@
-package gvisor
+package oci
 
 import (
 	"bufio"
@@ -15,12 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// runsc makes, fills and removes the sandbox cgroups itself, on v1 and v2
-// alike; the backend only reads them and sweeps what a crash left behind.
-
-// cgroupMounts returns the mount points of every cgroup hierarchy, v1
+// CgroupMounts returns the mount points of every cgroup hierarchy, v1
 // controllers and the v2 unified one.
-func cgroupMounts() ([]string, error) {
+func CgroupMounts() ([]string, error) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
@@ -41,14 +38,14 @@ func cgroupMounts() ([]string, error) {
 			continue
 		}
 		if t := fields[sep+1]; t == "cgroup" || t == "cgroup2" {
-			out = append(out, unescapeMountPath(fields[4]))
+			out = append(out, UnescapeMountPath(fields[4]))
 		}
 	}
 	return out, sc.Err()
 }
 
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountPath(s string) string {
+// UnescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
+func UnescapeMountPath(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}
@@ -66,10 +63,10 @@ func unescapeMountPath(s string) string {
 	return b.String()
 }
 
-// cgroupDirs returns the directories of cgroup rel (like "/tupper/<id>")
+// CgroupDirs returns the directories of cgroup rel (like "/tupper/<id>")
 // that exist in any hierarchy.
-func cgroupDirs(rel string) ([]string, error) {
-	mounts, err := cgroupMounts()
+func CgroupDirs(rel string) ([]string, error) {
+	mounts, err := CgroupMounts()
 	if err != nil {
 		return nil, err
 	}
@@ -88,10 +85,10 @@ func cgroupDirs(rel string) ([]string, error) {
 	return out, nil
 }
 
-// removeCgroup kills every process left in cgroup rel, in every hierarchy,
+// RemoveCgroup kills every process left in cgroup rel, in every hierarchy,
 // and removes it and its children. A missing cgroup is fine.
-func removeCgroup(rel string) error {
-	dirs, err := cgroupDirs(rel)
+func RemoveCgroup(rel string) error {
+	dirs, err := CgroupDirs(rel)
 	if err != nil {
 		return fmt.Errorf("cgroup %s: %w", rel, err)
 	}
@@ -151,15 +148,15 @@ func cgroupProcs(dir string) []int {
 	return pids
 }
 
-// swapLimitable reports whether the host swaps and the memory cgroups
+// SwapLimitable reports whether the host swaps and the memory cgroups
 // can limit memory+swap; only then is the OCI memory.swap limit set, as
-// runsc fails on a missing memory.memsw file.
-func swapLimitable() bool {
+// the runtimes fail on a missing memory.memsw file.
+func SwapLimitable() bool {
 	b, err := os.ReadFile("/proc/swaps")
 	if err != nil || len(strings.Split(strings.TrimSpace(string(b)), "\n")) < 2 {
 		return false
 	}
-	mounts, err := cgroupMounts()
+	mounts, err := CgroupMounts()
 	if err != nil {
 		return false
 	}
