@@ -46,6 +46,13 @@ func TestParseFlags(t *testing.T) {
 			args: []string{"--addr", "127.0.0.1:1", "--user", "root", "--access-token-file", "/t", "--no-ensure-user"},
 			want: options{addr: "127.0.0.1:1", user: "root", tokenFile: "/t", tokenFD: -1, noEnsureUser: true},
 		},
+		{
+			name: "vsock",
+			args: []string{"--vsock-port", "49983", "--vsock-forward-port", "49984"},
+			want: options{addr: ":49983", user: "user", tokenFD: -1, vsockPort: 49983, vsockForwardPort: 49984},
+		},
+		{name: "vsock ports equal", args: []string{"--vsock-port", "5", "--vsock-forward-port", "5"}, wantErr: true},
+		{name: "vsock port too big", args: []string{"--vsock-port", "4294967295"}, wantErr: true},
 		{name: "stray argument", args: []string{"serve"}, wantErr: true},
 		{name: "unknown flag", args: []string{"--nope"}, wantErr: true},
 	}

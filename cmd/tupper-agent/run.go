@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -43,9 +44,18 @@ type options struct {
 	// codeInterpreter is where to serve the code interpreter; empty for
 	// none.
 	codeInterpreter string
-	version         bool
-	logOut          io.Writer
+	// vsockPort and vsockForwardPort, when not zero, are AF_VSOCK ports
+	// on which the agent also serves, and on which it forwards to the
+	// sandbox's TCP ports (see forward.go): how a microVM's host reaches
+	// it.
+	vsockPort        uint
+	vsockForwardPort uint
+	version          bool
+	logOut           io.Writer
 }
+
+// maxVsockPort is the largest vsock port; the next is VMADDR_PORT_ANY.
+const maxVsockPort = 1<<32 - 2
 
 func parseFlags(args []string) (options, error) {
 	o := options{logOut: os.Stderr}
@@ -56,12 +66,20 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.tokenFD, "access-token-fd", -1, "descriptor to read the access token from (set by the agent itself, see hideToken)")
 	fs.BoolVar(&o.noEnsureUser, "no-ensure-user", false, "do not create the user \""+identity.DefaultUser+"\" when the image lacks it")
 	fs.StringVar(&o.codeInterpreter, "code-interpreter", "", "also serve the code interpreter (E2B's, on :49999) at this address")
+	fs.UintVar(&o.vsockPort, "vsock-port", 0, "also serve on this AF_VSOCK port (0: none)")
+	fs.UintVar(&o.vsockForwardPort, "vsock-forward-port", 0, "forward connections on this AF_VSOCK port to the sandbox's TCP ports (0: none)")
 	fs.BoolVar(&o.version, "version", false, "print the envd protocol version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.vsockPort > maxVsockPort || o.vsockForwardPort > maxVsockPort {
+		return o, fmt.Errorf("a vsock port must be below %d", uint64(maxVsockPort)+1)
+	}
+	if o.vsockPort != 0 && o.vsockPort == o.vsockForwardPort {
+		return o, fmt.Errorf("--vsock-port and --vsock-forward-port are both %d", o.vsockPort)
 	}
 	return o, nil
 }
@@ -135,11 +153,37 @@ func run(o options) error {
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{Handler: h, Protocols: &protocols, ReadHeaderTimeout: 30 * time.Second}
+	listeners := []net.Listener{ln}
+	if o.vsockPort != 0 {
+		vln, err := listenVsock(uint32(o.vsockPort))
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		listeners = append(listeners, vln)
+	}
+	if o.vsockForwardPort != 0 {
+		fln, err := listenVsock(uint32(o.vsockForwardPort))
+		if err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return err
+		}
+		defer fln.Close()
+		go serveForward(fln, log)
+		log.Info("forwarding to the sandbox's ports", "addr", fln.Addr().String())
+	}
 
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	served := make(chan error, len(listeners))
+	for _, l := range listeners {
+		go func() { served <- srv.Serve(l) }()
+	}
+	for _, l := range listeners[1:] {
+		log.Info("agent serving", "addr", l.Addr().String())
+	}
 	log.Info("agent serving", "addr", ln.Addr().String(), "version", agent.Version, "pid", os.Getpid(), "user", o.user)
 
 	select {
@@ -157,10 +201,13 @@ func run(o options) error {
 		if err := srv.Shutdown(ctx); err != nil {
 			srv.Close()
 		}
-		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return err
+		var errs []error
+		for range listeners {
+			if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs = append(errs, err)
+			}
 		}
-		return nil
+		return errors.Join(errs...)
 	}
 }
 
