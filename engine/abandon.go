@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"time"
+
+	"github.com/lightbearco/tupper/backend"
 )
 
 // abandon removes what a failed create left behind: the backend's
@@ -11,8 +13,8 @@ import (
 // background, backing off up to StopRetry, until it succeeds or the engine
 // closes: nothing of a failed create waits for the next start to be
 // cleaned. Recovery at the next start remains for what a crash leaves.
-func (e *Engine) abandon(id string) {
-	if e.tryAbandon(id) {
+func (e *Engine) abandon(be backend.Backend, id string) {
+	if e.tryAbandon(be, id) {
 		return
 	}
 	// Add under mu after checking closed, as expire does: Close waits
@@ -33,7 +35,7 @@ func (e *Engine) abandon(id string) {
 				return
 			case <-time.After(delay):
 			}
-			if e.tryAbandon(id) {
+			if e.tryAbandon(be, id) {
 				return
 			}
 			delay = min(2*delay, e.cfg.StopRetry)
@@ -43,11 +45,11 @@ func (e *Engine) abandon(id string) {
 
 // tryAbandon makes one attempt of abandon and reports whether everything
 // went.
-func (e *Engine) tryAbandon(id string) bool {
+func (e *Engine) tryAbandon(be backend.Backend, id string) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.bg), 30*time.Second)
 	defer cancel()
 	log := e.log.With("sandbox", id, "op", "create")
-	if err := e.cfg.Backend.Stop(ctx, id); err != nil {
+	if err := be.Stop(ctx, id); err != nil {
 		log.Warn("clean up a failed create (tried again later)", "err", err)
 		return false
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -51,6 +52,11 @@ type CreateOptions struct {
 	// in the record (see store.Sandbox).
 	Secure    *bool
 	AutoPause bool
+	// Backend names the registered backend to run the sandbox on; empty
+	// means the engine's default (Config.Backend). An unknown name fails
+	// with errdefs.ErrInvalidArgument, listing the known ones; a backend
+	// that does not work on this host, with errdefs.ErrUnavailable.
+	Backend string
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -120,6 +126,13 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	if err := opts.validate(&e.cfg); err != nil {
 		return nil, err
 	}
+	// Before a turn is taken: a create that names a backend this host
+	// lacks fails at once.
+	be, err := e.backendNamed(ctx, opts.Backend)
+	if err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	backendName := cmp.Or(opts.Backend, e.cfg.BackendName)
 	done, err := e.admit(ctx)
 	if err != nil {
 		return nil, err
@@ -148,7 +161,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	}
 	now := time.Now().UTC()
 	sb := &Sandbox{
-		ID: newID(), Backend: e.cfg.BackendName, TemplateID: template, ImageRef: ref, ImageID: img.ID,
+		ID: newID(), Backend: backendName, TemplateID: template, ImageRef: ref, ImageID: img.ID,
 		State: store.StateCreating, Metadata: opts.Metadata, Env: opts.Env,
 		CPUs: orDefault(opts.CPUs, e.cfg.DefaultCPUs), MemoryMB: orDefault(opts.MemoryMB, e.cfg.DefaultMemoryMB),
 		DiskMB: orDefault(opts.DiskMB, e.cfg.DefaultDiskMB), AccessToken: newToken(),
@@ -161,7 +174,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		sb.TemplateID = ref
 	}
 	owners(ctx, sb)
-	log := e.log.With("sandbox", sb.ID, "op", "create")
+	log := e.log.With("sandbox", sb.ID, "op", "create", "backend", backendName)
 
 	// The record goes in first: if the engine crashes mid-create, the
 	// next start finds a "creating" record and cleans its leftovers.
@@ -190,10 +203,10 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	// runs on the engine's context, bounded by BootTimeout.
 	bootCtx, cancel := context.WithTimeout(e.bg, e.cfg.BootTimeout)
 	defer cancel()
-	started, err := e.cfg.Backend.Start(bootCtx, spec)
+	started, err := be.Start(bootCtx, spec)
 	if err == nil {
 		sb.AgentAddr, sb.Pid = started.AgentAddr, started.Pid
-		err = e.waitAgent(bootCtx, sb)
+		err = e.waitAgent(bootCtx, be, sb)
 	}
 	if err == nil {
 		// A fresh bound: a boot that used most of BootTimeout must not
@@ -205,10 +218,10 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	}
 	if err != nil {
 		log.Error("create failed", "err", err)
-		e.abandon(sb.ID)
-		return nil, fmt.Errorf("create sandbox from %q: %w", ref, e.explainDiskFull(err))
+		e.abandon(be, sb.ID)
+		return nil, fmt.Errorf("create sandbox from %q on %s: %w", ref, backendName, e.explainDiskFull(err))
 	}
-	if !e.track(sb) {
+	if !e.track(sb, be) {
 		// The engine closed while we booted: leave the sandbox running,
 		// as Close promises; the next engine re-attaches to it.
 		return nil, fmt.Errorf("create: engine is closed: %w", errdefs.ErrUnavailable)
@@ -226,15 +239,15 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 }
 
 // waitAgent polls the agent's /health until it answers 204, failing early
-// when the backend says the sandbox is gone.
-func (e *Engine) waitAgent(ctx context.Context, sb *Sandbox) error {
+// when be, sb's backend, says the sandbox is gone.
+func (e *Engine) waitAgent(ctx context.Context, be backend.Backend, sb *Sandbox) error {
 	// Not through Dial: the sandbox is not live yet. No keep-alives:
 	// each try is a fresh connection.
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		Proxy:             nil,
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return e.dialBackend(ctx, sb.ID, sb.AgentAddr, backend.AgentPort)
+			return dialBackend(ctx, be, sb.ID, sb.AgentAddr, backend.AgentPort)
 		},
 	}}
 	defer client.CloseIdleConnections()
@@ -250,7 +263,7 @@ func (e *Engine) waitAgent(ctx context.Context, sb *Sandbox) error {
 			}
 		}
 		if attempt%10 == 9 {
-			if st, serr := e.cfg.Backend.State(ctx, sb.ID); serr != nil || st != backend.StateRunning {
+			if st, serr := be.State(ctx, sb.ID); serr != nil || st != backend.StateRunning {
 				return fmt.Errorf("sandbox %q stopped while booting (state %q, %v): %w", sb.ID, st, serr, errdefs.ErrUnavailable)
 			}
 		}

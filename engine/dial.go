@@ -74,7 +74,7 @@ func (e *Engine) Dial(ctx context.Context, id string, port int) (net.Conn, error
 	if !ok {
 		return nil, fmt.Errorf("sandbox %q: %w (it is not running)", id, errdefs.ErrNotFound)
 	}
-	conn, err := e.dialBackend(ctx, id, agentAddr, port)
+	conn, err := dialBackend(ctx, l.be, id, agentAddr, port)
 	if err != nil {
 		return nil, err
 	}
@@ -87,9 +87,10 @@ func (e *Engine) Dial(ctx context.Context, id string, port int) (net.Conn, error
 	return l.conns.add(conn), nil
 }
 
-// dialBackend connects to port inside sandbox id the backend's way.
-func (e *Engine) dialBackend(ctx context.Context, id, agentAddr string, port int) (net.Conn, error) {
-	if d, ok := e.cfg.Backend.(backend.Dialer); ok {
+// dialBackend connects to port inside sandbox id the way of be, its
+// backend.
+func dialBackend(ctx context.Context, be backend.Backend, id, agentAddr string, port int) (net.Conn, error) {
+	if d, ok := be.(backend.Dialer); ok {
 		return d.DialSandbox(ctx, id, port)
 	}
 	host, _, err := net.SplitHostPort(agentAddr)

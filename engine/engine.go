@@ -51,10 +51,19 @@ type ImageLeaser interface {
 type Config struct {
 	// Root is the engine's state directory: the database and lock live here.
 	Root string
-	// Backend boots sandboxes; BackendName is the name it is recorded
-	// under (for example "gvisor").
+	// Backend boots the sandboxes whose create names no backend;
+	// BackendName is its name in the registry, which their records keep
+	// (for example "gvisor"). The caller opened it and closes it after
+	// the engine.
 	Backend     backend.Backend
 	BackendName string
+	// BackendConfig, when set, lets sandboxes run on the other registered
+	// backends: the engine opens the one a create names (or a record
+	// names, at start) on first use, with backend.Open(name,
+	// BackendConfig(name)), after its self-check says it works on this
+	// host, and closes it at Close. Each backend must get a Root of its
+	// own. Nil means the default backend alone.
+	BackendConfig func(name string) backend.Config
 	// Images resolves templates and images.
 	Images Images
 	// AgentPath is the host path of the static tupper-agent binary.
@@ -197,6 +206,12 @@ type Engine struct {
 	leasePrefix string
 	// admission hands out turns to create (admission.go).
 	admission *admission
+	// backends are the backends other than the default that the engine
+	// opened, by name (backends.go); bclosed is set by Close. Guarded by
+	// bmu, which is never held while a backend opens.
+	bmu      sync.Mutex
+	backends map[string]*openedBackend
+	bclosed  bool
 	// bg bounds the work the engine starts on its own (timeouts); Close
 	// cancels it and waits.
 	bg     context.Context
@@ -205,6 +220,10 @@ type Engine struct {
 }
 
 type liveSandbox struct {
+	// be is the backend the sandbox runs on and beName its name, the
+	// record's Backend; neither changes.
+	be     backend.Backend
+	beName string
 	// rec is the sandbox's record as last written to the store, which
 	// readers get copies of: the data plane looks sandboxes up on every
 	// request, and must not read the database to do it. Guarded by
@@ -241,8 +260,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	e := &Engine{
-		cfg: cfg, log: cfg.Logger.With("backend", cfg.BackendName), store: st, lock: lock,
-		live: map[string]*liveSandbox{}, bg: bg, cancel: cancel, admission: newAdmission(&cfg),
+		cfg: cfg, log: cfg.Logger, store: st, lock: lock,
+		live: map[string]*liveSandbox{}, backends: map[string]*openedBackend{},
+		bg: bg, cancel: cancel, admission: newAdmission(&cfg),
 	}
 	e.leasePrefix = leasePrefix(cfg.Root)
 	if err := e.recover(ctx); err != nil {
@@ -284,9 +304,10 @@ func errRootInUse(root string) error {
 	return fmt.Errorf("engine root %s is in use by another tupper process (stop it, or use another state directory): %w", root, errdefs.ErrUnavailable)
 }
 
-// Close stops the engine's timers and closes its state. Sandboxes keep
-// running: a new Engine on the same Root re-attaches to them. Use KillAll
-// first to stop them.
+// Close stops the engine's timers, closes the backends it opened (not
+// Config.Backend) and closes its state. Sandboxes keep running: a new
+// Engine on the same Root re-attaches to them. Use KillAll first to stop
+// them.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -302,7 +323,7 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	e.cancel()
 	e.wg.Wait()
-	err := e.store.Close()
+	err := errors.Join(e.closeBackends(), e.store.Close())
 	e.lock.Close()
 	return err
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -12,9 +13,9 @@ import (
 	"github.com/lightbearco/tupper/errdefs"
 )
 
-// track starts enforcing a running sandbox's time to live. It reports false
-// when the engine is closed.
-func (e *Engine) track(sb *Sandbox) bool {
+// track starts enforcing the time to live of sb, running on be. It
+// reports false when the engine is closed.
+func (e *Engine) track(sb *Sandbox, be backend.Backend) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -22,10 +23,10 @@ func (e *Engine) track(sb *Sandbox) bool {
 	}
 	id := sb.ID
 	e.live[id] = &liveSandbox{
-		rec: sb.Clone(), endAt: sb.EndAt, conns: &connSet{},
+		be: be, beName: sb.Backend, rec: sb.Clone(), endAt: sb.EndAt, conns: &connSet{},
 		timer: time.AfterFunc(time.Until(sb.EndAt), func() { e.expire(id) }),
 	}
-	if w, ok := e.cfg.Backend.(backend.Waiter); ok {
+	if w, ok := be.(backend.Waiter); ok {
 		e.wg.Add(1)
 		go e.watch(w, id)
 	}
@@ -297,7 +298,7 @@ func (e *Engine) stop(ctx context.Context, id string, l *liveSandbox, reason str
 	// sandbox is worse than a slow answer.
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if err := e.cfg.Backend.Stop(stopCtx, id); err != nil {
+	if err := l.be.Stop(stopCtx, id); err != nil {
 		e.mu.Lock()
 		if !e.closed {
 			l.endAt = time.Now() // expire must not wait for a later end
@@ -334,27 +335,52 @@ func (e *Engine) markKilled(ctx context.Context, id string, l *liveSandbox, reas
 	}
 }
 
-// recover re-attaches to the sandboxes the store says run and the backend
-// confirms, marks the others killed, and stops whatever the backend holds
-// that no live record explains.
+// recover re-attaches to the sandboxes the store says run and their
+// backends confirm, marks the others killed, and stops whatever each
+// backend in use holds that no live record explains. It opens every
+// backend a record names; a record whose backend is not built in or does
+// not open is recorded killed, with the reason, and the engine starts all
+// the same.
 func (e *Engine) recover(ctx context.Context) error {
 	recs, _, err := e.store.List(ctx, store.Query{States: []string{store.StateCreating, store.StateRunning, store.StatePaused}})
 	if err != nil {
 		return err
 	}
+	// A backend that failed to open is tried once, not once per record.
+	unavailable := map[string]error{}
 	for _, sb := range recs {
-		log := e.log.With("sandbox", sb.ID, "op", "recover")
+		sb.Backend = cmp.Or(sb.Backend, e.cfg.BackendName)
+		log := e.log.With("sandbox", sb.ID, "op", "recover", "backend", sb.Backend)
+		err, failed := unavailable[sb.Backend]
+		var be backend.Backend
+		if !failed {
+			be, err = e.backendNamed(ctx, sb.Backend)
+			if err != nil {
+				unavailable[sb.Backend] = err
+			}
+		}
+		if err != nil {
+			// Nothing can reach what the sandbox left, if anything:
+			// say so, and keep the daemon up for the others.
+			log.Error("the sandbox's backend is not available; recording it killed (what it left running, if anything, is not stopped)", "err", err)
+			if sb.State == store.StateCreating {
+				e.store.Delete(ctx, sb.ID)
+				continue
+			}
+			e.markKilled(ctx, sb.ID, nil, fmt.Sprintf("its backend was not available when the engine started: %v", err))
+			continue
+		}
 		if sb.State == store.StateCreating {
 			// A create that never finished: its caller got no answer.
-			e.cleanup(ctx, sb.ID)
+			e.cleanup(ctx, be, sb.ID)
 			e.store.Delete(ctx, sb.ID)
 			log.Info("removed half-created sandbox")
 			continue
 		}
-		st, err := e.cfg.Backend.State(ctx, sb.ID)
+		st, err := be.State(ctx, sb.ID)
 		switch {
 		case errdefs.IsNotFound(err) || err == nil && st == backend.StateStopped:
-			e.cleanup(ctx, sb.ID)
+			e.cleanup(ctx, be, sb.ID)
 			e.markKilled(ctx, sb.ID, nil, "its sandbox process died while the engine was down")
 			log.Warn("sandbox died while the engine was down", "state", st, "err", err)
 			continue
@@ -364,7 +390,7 @@ func (e *Engine) recover(ctx context.Context) error {
 			// may be alive would lose a user's work to a hiccup.
 			log.Warn("could not tell whether the sandbox runs; keeping it", "err", err)
 		}
-		e.track(sb)
+		e.track(sb, be)
 		if time.Now().After(sb.EndAt) {
 			log.Info("sandbox expired while the engine was down")
 		}
@@ -377,23 +403,38 @@ func (e *Engine) recover(ctx context.Context) error {
 	} else if n > 0 {
 		e.log.Info("pruned records of long-killed sandboxes", "count", n)
 	}
-	held, err := e.cfg.Backend.List(ctx)
+	for name, be := range e.openedBackends() {
+		if err := e.sweep(ctx, name, be); err != nil {
+			if name == e.cfg.BackendName {
+				return err
+			}
+			// Another backend's leftovers wait for the next start.
+			e.log.Warn("list leftover sandboxes", "backend", name, "err", err)
+		}
+	}
+	e.releaseStaleLeases(ctx)
+	return nil
+}
+
+// sweep stops what backend name holds that no live sandbox of that
+// backend explains: leftovers of a crash.
+func (e *Engine) sweep(ctx context.Context, name string, be backend.Backend) error {
+	held, err := be.List(ctx)
 	if err != nil {
-		return fmt.Errorf("list backend sandboxes: %w", err)
+		return fmt.Errorf("list %s sandboxes: %w", name, err)
 	}
 	e.mu.Lock()
 	var orphans []string
 	for _, id := range held {
-		if _, ok := e.live[id]; !ok {
+		if l, ok := e.live[id]; !ok || l.beName != name {
 			orphans = append(orphans, id)
 		}
 	}
 	e.mu.Unlock()
 	for _, id := range orphans {
-		e.log.Warn("stopping leftover sandbox", "sandbox", id)
-		e.cleanup(ctx, id)
+		e.log.Warn("stopping leftover sandbox", "sandbox", id, "backend", name)
+		e.cleanup(ctx, be, id)
 	}
-	e.releaseStaleLeases(ctx)
 	return nil
 }
 
@@ -418,8 +459,9 @@ func (e *Engine) releaseStaleLeases(ctx context.Context) {
 	}
 }
 
-func (e *Engine) cleanup(ctx context.Context, id string) {
-	if err := e.cfg.Backend.Stop(ctx, id); err != nil {
+// cleanup stops what be holds of sandbox id.
+func (e *Engine) cleanup(ctx context.Context, be backend.Backend, id string) {
+	if err := be.Stop(ctx, id); err != nil {
 		e.log.Error("clean up sandbox", "sandbox", id, "err", err)
 	}
 }

@@ -22,12 +22,13 @@ func (e *Engine) UpdateNetwork(ctx context.Context, id string, policy *netpolicy
 	if err := e.checkScope(ctx, id); err != nil {
 		return nil, err
 	}
-	up, ok := e.cfg.Backend.(backend.NetworkUpdater)
+	l, err := e.liveOf(id)
+	if err != nil {
+		return nil, err
+	}
+	up, ok := l.be.(backend.NetworkUpdater)
 	if !ok {
-		if _, err := e.liveOf(id); err != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("sandbox %q: the %s backend cannot change a running sandbox's network: %w", id, e.cfg.BackendName, errdefs.ErrNotSupported)
+		return nil, fmt.Errorf("sandbox %q: the %s backend cannot change a running sandbox's network: %w", id, l.beName, errdefs.ErrNotSupported)
 	}
 	// The record is read, the backend updated and the record written in
 	// one step of the sandbox's record writes, so that neither this nor a
@@ -62,7 +63,11 @@ func (e *Engine) NetworkDenials(ctx context.Context, id string) ([]netpolicy.Den
 	if _, err := e.Get(ctx, id); err != nil {
 		return nil, err
 	}
-	obs, ok := e.cfg.Backend.(backend.NetworkObserver)
+	l, err := e.liveOf(id)
+	if err != nil {
+		return nil, err
+	}
+	obs, ok := l.be.(backend.NetworkObserver)
 	if !ok {
 		return nil, nil
 	}

@@ -36,6 +36,10 @@ type Fake struct {
 	stopErr   error
 	stopFails int
 	stopped   []string
+	// opened are the configs backend.Open gave a registered Fake
+	// (Register); closed counts its Close calls.
+	opened []backend.Config
+	closed int
 }
 
 type fakeSandbox struct {
@@ -325,6 +329,30 @@ func (f *Fake) Network(id string) *netpolicy.Policy {
 		return sb.network.Clone()
 	}
 	return nil
+}
+
+// Opened returns the configs with which backend.Open opened f, once
+// Register made it a registered backend, in order.
+func (f *Fake) Opened() []backend.Config {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.opened)
+}
+
+// Close counts a close, as a backend that holds services of its own
+// would take it; sandboxes keep running.
+func (f *Fake) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed++
+	return nil
+}
+
+// Closed returns how often Close was called.
+func (f *Fake) Closed() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.closed
 }
 
 // end stops a sandbox's stand-in agent once; callers hold f.mu.
