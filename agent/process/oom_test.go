@@ -1,6 +1,9 @@
 package process
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -68,5 +71,58 @@ func TestOutOfMemoryEnd(t *testing.T) {
 	defer oomMu.Unlock()
 	if len(oomMarks) != 0 {
 		t.Errorf("marks left: %v", oomMarks)
+	}
+}
+
+// TestKernelOOMCharge checks how a SIGKILL is told to be the kernel's OOM
+// kill in a sandbox whose memory limit the host kernel holds: each kill
+// the cgroup counts is charged to one SIGKILLed process, and no more.
+func TestKernelOOMCharge(t *testing.T) {
+	for _, layout := range []struct{ name, events, limit string }{
+		{"cgroup v2", "memory.events", "memory.max"},
+		{"cgroup v1", "memory/memory.oom_control", "memory/memory.limit_in_bytes"},
+	} {
+		t.Run(layout.name, func(t *testing.T) {
+			root := t.TempDir()
+			c := &oomCounter{root: root}
+			write := func(name, body string) {
+				p := filepath.Join(root, name)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write(layout.limit, "268435456\n")
+			write(layout.events, "low 0\nhigh 0\nmax 3\noom 1\noom_kill 0\n")
+			if got := c.take(); got != "" {
+				t.Fatalf("no kill counted: take() = %q, want \"\"", got)
+			}
+			write(layout.events, "oom 1\noom_kill 1\n")
+			if got := c.take(); !strings.Contains(got, "256 MiB") {
+				t.Fatalf("one kill counted: take() = %q, want the 256 MiB limit", got)
+			}
+			if got := c.take(); got != "" {
+				t.Fatalf("the one kill was charged already: take() = %q", got)
+			}
+			write(layout.events, "oom_kill 3\n")
+			if c.take() == "" || c.take() == "" || c.take() != "" {
+				t.Fatal("two more kills must be charged to two processes, and no third")
+			}
+		})
+	}
+	if got := (&oomCounter{root: t.TempDir()}).take(); got != "" {
+		t.Fatalf("without a memory cgroup: take() = %q, want \"\"", got)
+	}
+	// Kills counted before the agent started are not its processes'.
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "memory.events"), []byte("oom_kill 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &oomCounter{root: root}
+	c.prime()
+	if got := c.take(); got != "" {
+		t.Fatalf("after priming at 5 kills: take() = %q, want \"\"", got)
 	}
 }

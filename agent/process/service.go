@@ -68,6 +68,7 @@ var _ processconnect.ProcessHandler = (*Service)(nil)
 
 // New returns a Service for cfg.
 func New(cfg Config) (*Service, error) {
+	kernelOOM.prime()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
