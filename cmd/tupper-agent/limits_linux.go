@@ -61,7 +61,9 @@ func limitTasks(root string) error {
 	written := false
 	for _, p := range []string{filepath.Join(root, "pids", "pids.max"), filepath.Join(root, "pids.max")} {
 		err := os.WriteFile(p, []byte(strconv.FormatUint(total, 10)), 0)
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.EROFS) {
+			// Not there, or mounted read-only by a runtime that holds the
+			// limit from the host (a container's cgroup).
 			continue
 		}
 		if err != nil {
