@@ -12,7 +12,7 @@
 //	    upper/               where runsc's overlay puts its (unlinked) filestore:
 //	                         every file the sandbox writes, /tmp included
 //	    log/console.log      runsc's messages and the agent's stdout and stderr,
-//	                         on a small tmpfs of its own (see logDir)
+//	                         on a small tmpfs of its own (see oci.LogDir)
 //	    sandbox.json, pid    what Start returned, for diagnostics and Stats
 //	<Root>/net/              the network pool (netns bind mounts, leases)
 //

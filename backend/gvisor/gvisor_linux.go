@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,13 +42,12 @@ const (
 
 // Files in a sandbox's bundle directory.
 const (
-	specFile    = "config.json"
-	recordFile  = "sandbox.json"
-	consoleFile = "console.log" // in logDir
-	pidFile     = "pid"
-	rootfsDir   = "rootfs" // the host overlay of the image, runsc's root
-	overlayDir  = "ovl"    // upper and work dirs of that overlay
-	upperDir    = "upper"  // runsc's overlay filestore goes here
+	specFile   = "config.json"
+	recordFile = "sandbox.json"
+	pidFile    = "pid"
+	rootfsDir  = "rootfs" // the host overlay of the image, runsc's root
+	overlayDir = "ovl"    // upper and work dirs of that overlay
+	upperDir   = "upper"  // runsc's overlay filestore goes here
 )
 
 // Backend runs sandboxes with runsc. It is safe for concurrent use; calls
@@ -92,47 +90,12 @@ func New(cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
 	}
-	var egress *network.Egress
-	if cfg.Egress != nil && cfg.IPv6 != "off" && !cfg.Network.IPv6Subnet.IsValid() && network.HostHasIPv6Route() {
-		cfg.Network.IPv6Subnet = network.DefaultIPv6Subnet
-	}
-	if cfg.Egress == nil || cfg.IPv6 == "off" {
-		cfg.Network.IPv6Subnet = netip.Prefix{}
-	}
-	if cfg.Egress != nil {
-		ecfg := *cfg.Egress
-		if ecfg.Dir == "" {
-			ecfg.Dir = filepath.Join(cfg.Network.Dir, "egress")
-		}
-		if ecfg.IfPrefix == "" {
-			ecfg.IfPrefix = cfg.Network.IfPrefix
-		}
-		if len(ecfg.Subnets) == 0 && cfg.Network.Subnet.IsValid() {
-			ecfg.Subnets = []netip.Prefix{cfg.Network.Subnet}
-		}
-		if ecfg.Logger == nil {
-			ecfg.Logger = cfg.Logger
-		}
-		if err := os.MkdirAll(ecfg.Dir, 0o700); err != nil {
-			return nil, fmt.Errorf("gvisor: %w", err)
-		}
-		if egress, err = network.NewEgress(ecfg); err != nil {
-			return nil, fmt.Errorf("gvisor: %w", err)
-		}
-		cfg.Network.Policy = egress
-	}
 	pids, err := newPidBudget(cfg)
 	if err != nil {
-		if egress != nil {
-			egress.Close()
-		}
 		return nil, err
 	}
-	pool, err := network.New(cfg.Network)
+	pool, egress, err := oci.OpenNetwork(cfg.Network, cfg.Egress, cfg.IPv6, network.DefaultIPv6Subnet)
 	if err != nil {
-		if egress != nil {
-			egress.Close()
-		}
 		return nil, fmt.Errorf("gvisor: %w", err)
 	}
 	flags := []string{"--platform=" + cfg.Platform, "--network=sandbox", "--shared-root=" + cfg.SharedRoot}
@@ -234,7 +197,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	if err := mountHostSafe(dir); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
-	if err := mountLog(dir); err != nil {
+	if err := oci.MountLog(dir); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
 	rootfs, err := mountRootFS(spec.RootFS, dir)
@@ -278,7 +241,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	}
 
 	t = time.Now()
-	console, err := os.OpenFile(consolePath(dir), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	console, err := os.OpenFile(oci.ConsolePath(dir), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
@@ -303,7 +266,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		PidFile: filepath.Join(dir, pidFile),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: runsc create: %w: %s", id, err, oci.Tail(consolePath(dir), 2048))
+		return nil, fmt.Errorf("sandbox %q: runsc create: %w: %s", id, err, oci.Tail(oci.ConsolePath(dir), 2048))
 	}
 	step("create", t)
 	// runsc has shown the sandbox its memory limit; the host's sits a

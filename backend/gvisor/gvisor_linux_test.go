@@ -632,8 +632,8 @@ func TestDiskCap(t *testing.T) {
 	if r.Exit == 0 || !strings.Contains(r.Output, "space") {
 		t.Errorf("128 MiB into the console: exit %d: %q; want ENOSPC", r.Exit, r.Output)
 	}
-	if fi, err := os.Stat(consolePath(b.bundleDir(id))); err != nil || fi.Size() > logSize {
-		t.Errorf("console after the flood: %v, %v; want at most %d bytes", fi, err, logSize)
+	if fi, err := os.Stat(oci.ConsolePath(b.bundleDir(id))); err != nil || fi.Size() > oci.LogSize {
+		t.Errorf("console after the flood: %v, %v; want at most %d bytes", fi, err, oci.LogSize)
 	}
 	if drop := before - free(); drop > slack {
 		t.Errorf("the host lost %d MiB to a console flood", drop>>20)

@@ -202,7 +202,7 @@ func startSandbox(tb testing.TB, b *Backend, spec *backend.Spec) *backend.Sandbo
 	tb.Cleanup(func() { b.Stop(context.Background(), spec.ID) })
 	if err := waitHealthy(sb.AgentAddr, 10*time.Second); err != nil {
 		tb.Fatalf("agent of %s at %s: %v\nconsole:\n%s", spec.ID, sb.AgentAddr, err,
-			oci.Tail(consolePath(b.bundleDir(spec.ID)), 4096))
+			oci.Tail(oci.ConsolePath(b.bundleDir(spec.ID)), 4096))
 	}
 	return sb
 }

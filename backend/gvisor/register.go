@@ -1,14 +1,13 @@
 package gvisor
 
 import (
-	"crypto/x509"
 	"fmt"
 	"slices"
 	"strconv"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/internal/oci"
 	"github.com/lightbearco/tupper/errdefs"
-	"github.com/lightbearco/tupper/network"
 )
 
 // Options understood in backend.Config.Options:
@@ -45,22 +44,11 @@ func configFrom(c backend.Config) (Config, error) {
 		RunscPath: c.Options["runsc"],
 		Platform:  c.Options["platform"],
 	}
-	if c.Network.NoIPv6 {
-		cfg.IPv6 = "off"
+	egress, ipv6, err := oci.Egress(c)
+	if err != nil {
+		return Config{}, fmt.Errorf("gvisor: %w", err)
 	}
-	if !c.Network.NoEgress {
-		cfg.Egress = &network.EgressConfig{DNSUpstreams: c.Network.DNSUpstreams, Exempt: c.Network.Exempt, Logger: c.Logger}
-		if len(c.Network.UpstreamCAs) > 0 {
-			roots, err := x509.SystemCertPool()
-			if err != nil {
-				roots = x509.NewCertPool()
-			}
-			if !roots.AppendCertsFromPEM(c.Network.UpstreamCAs) {
-				return Config{}, fmt.Errorf("gvisor: the upstream CA certificates hold no PEM certificate: %w", errdefs.ErrInvalidArgument)
-			}
-			cfg.Egress.UpstreamRoots = roots
-		}
-	}
+	cfg.Egress, cfg.IPv6 = egress, ipv6
 	for k := range c.Options {
 		if !slices.Contains(optionKeys, k) {
 			return Config{}, fmt.Errorf("gvisor: unknown option %q (known: %v): %w", k, optionKeys, errdefs.ErrInvalidArgument)

@@ -120,34 +120,6 @@ func mountHostSafe(dir string) error {
 	return nil
 }
 
-// logDir holds the sandbox's console (consoleFile): runsc's messages, then
-// the agent's output. It is a tmpfs of its own, of logSize, because the
-// console is a host file that root in the sandbox can write to (through
-// /proc/1/fd/1): on the host's disk it would be a way around the disk cap.
-// A full console fails the write with ENOSPC; what came first, runsc's
-// start-up messages among it, stays. Its pages count towards the memory of
-// the sandbox, whose sentry writes them.
-const (
-	logDir  = "log"
-	logSize = 4 << 20
-)
-
-// consolePath is the console file of the sandbox whose bundle is dir.
-func consolePath(dir string) string { return filepath.Join(dir, logDir, consoleFile) }
-
-// mountLog mounts the tmpfs of dir's logDir.
-func mountLog(dir string) error {
-	p := filepath.Join(dir, logDir)
-	if err := os.Mkdir(p, 0o700); err != nil {
-		return fmt.Errorf("console: %w", err)
-	}
-	opts := fmt.Sprintf("size=%d,mode=0700", logSize)
-	if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
-		return fmt.Errorf("console: mount a tmpfs at %s: %w", p, err)
-	}
-	return nil
-}
-
 // legacyTmpDir is where sandboxes started by earlier versions had their
 // /tmp, a host directory mounted onto itself: a restarted daemon still
 // stops them.
@@ -158,7 +130,7 @@ const legacyTmpDir = "tmp"
 // fine.
 func unmountRootFS(dir string) error {
 	var errs []error
-	for _, d := range append([]string{rootfsDir, logDir, legacyTmpDir}, hostSafeDirs...) {
+	for _, d := range append([]string{rootfsDir, oci.LogDir, legacyTmpDir}, hostSafeDirs...) {
 		if err := oci.UnmountAll(filepath.Join(dir, d)); err != nil {
 			errs = append(errs, rootfsErr(dir, err))
 		}

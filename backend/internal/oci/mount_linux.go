@@ -58,3 +58,33 @@ func MountsBelow(dir string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// consoleFile is the console in LogDir.
+const consoleFile = "console.log"
+
+// LogDir holds the sandbox's console (consoleFile): the runtime's messages, then
+// the agent's output. It is a tmpfs of its own, of LogSize, because the
+// console is a host file that root in the sandbox can write to (through
+// /proc/1/fd/1): on the host's disk it would be a way around the disk cap.
+// A full console fails the write with ENOSPC; what came first, the runtime's
+// start-up messages among it, stays.
+const (
+	LogDir  = "log"
+	LogSize = 4 << 20
+)
+
+// ConsolePath is the console file of the sandbox whose bundle is dir.
+func ConsolePath(dir string) string { return filepath.Join(dir, LogDir, consoleFile) }
+
+// MountLog mounts the tmpfs of dir's LogDir.
+func MountLog(dir string) error {
+	p := filepath.Join(dir, LogDir)
+	if err := os.Mkdir(p, 0o700); err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
+	opts := fmt.Sprintf("size=%d,mode=0700", LogSize)
+	if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("console: mount a tmpfs at %s: %w", p, err)
+	}
+	return nil
+}

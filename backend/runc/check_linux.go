@@ -1,0 +1,51 @@
+package runc
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+
+	"github.com/lightbearco/tupper/backend"
+)
+
+// check is the runc backend's self-check (`tupper doctor`): runc, root,
+// mkfs.ext4 for the sandboxes' disks, and the kernel features the
+// hardening needs. It also says what this tier is: a container, sharing
+// the host's kernel.
+func check(ctx context.Context) []backend.Finding {
+	var out []backend.Finding
+	if p, err := FindRunc(); err != nil {
+		out = append(out, backend.Finding{What: "runc", Detail: err.Error(), Fix: "apt-get install runc (scripts/setup.sh does), or set " + RuncEnv})
+	} else {
+		f := backend.Finding{What: "runc", OK: true, Detail: p}
+		if v, err := exec.CommandContext(ctx, p, "--version").Output(); err == nil {
+			f.Detail += ": " + strings.SplitN(strings.TrimSpace(string(v)), "\n", 2)[0]
+		} else {
+			f.OK, f.Detail, f.Fix = false, fmt.Sprintf("%s does not run: %v", p, err), "reinstall it: apt-get install --reinstall runc"
+		}
+		out = append(out, f)
+	}
+	root := backend.Finding{What: "root", OK: os.Geteuid() == 0, Detail: fmt.Sprintf("uid %d", os.Geteuid())}
+	if !root.OK {
+		root.Fix = "run tupper serve as root: it makes user and network namespaces, idmapped mounts and cgroups"
+	}
+	out = append(out, root)
+	mkfs := backend.Finding{What: "mkfs.ext4"}
+	if p, err := exec.LookPath("mkfs.ext4"); err == nil {
+		mkfs.OK, mkfs.Detail = true, p
+	} else {
+		mkfs.Detail, mkfs.Fix = "not found: each sandbox's disk is an ext4 file system", "apt-get install e2fsprogs"
+	}
+	out = append(out, mkfs)
+	userns := backend.Finding{What: "user namespaces"}
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) != "0" {
+		userns.OK, userns.Detail = true, "max_user_namespaces "+strings.TrimSpace(string(b))
+	} else {
+		userns.Detail, userns.Fix = "turned off", "sysctl -w user.max_user_namespaces=15000"
+	}
+	out = append(out, userns)
+	return append(out, backend.Finding{What: "isolation", OK: true, Optional: true,
+		Detail: "a container: sandboxes share the host's kernel (hardened with a user namespace, seccomp and no capabilities beyond Docker's defaults); gvisor puts a kernel of its own between them"})
+}

@@ -1,0 +1,87 @@
+package runc_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/backendtest"
+	"github.com/lightbearco/tupper/backend/runc"
+	"github.com/lightbearco/tupper/internal/testutil"
+)
+
+// newBackend makes a runc backend under a fresh root, and stops whatever
+// it still holds when the test ends.
+func newBackend(t *testing.T) *runc.Backend {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testutil.Skip(t, "needs root for runc, user namespaces, mounts and network namespaces")
+	}
+	if _, err := runc.FindRunc(); err != nil {
+		testutil.Skip(t, fmt.Sprintf("runc not found: %v (scripts/setup.sh installs it)", err))
+	}
+	b, err := runc.New(runc.Config{
+		Root:   t.TempDir(),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		ids, err := b.List(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		for _, id := range ids {
+			if err := b.Stop(ctx, id); err != nil {
+				t.Errorf("cleanup: Stop(%s): %v", id, err)
+			}
+		}
+		b.Close()
+	})
+	return b
+}
+
+// TestConformance runs the shared backend conformance suite against runc
+// with the real agent and the Debian test image.
+func TestConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short mode: the conformance suite boots containers")
+	}
+	backendtest.Run(t, backendtest.Config{
+		NewBackend: func(t *testing.T) backend.Backend { return newBackend(t) },
+		RootFS:     testutil.TestRootFS(t),
+		AgentPath:  testutil.AgentBinary(t),
+		Crash:      crash,
+	})
+}
+
+// crash kills every host process of sandbox id, as a crash would: runc
+// leaves no process of its own running, so those are the processes in
+// the sandbox's cgroup.
+func crash(t *testing.T, id string) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	killed := 0
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), "/"+runc.DefaultCgroupParent+"/"+id+"\n") {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
+		}
+	}
+	if killed == 0 {
+		t.Fatalf("no host process of sandbox %s found", id)
+	}
+}

@@ -1,0 +1,209 @@
+package runc
+
+import (
+	"fmt"
+	"path"
+	"runtime"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/lightbearco/tupper/backend"
+)
+
+// AgentPath is where the agent binary appears inside every sandbox.
+const AgentPath = backend.AgentMountDir + "/tupper-agent"
+
+// defaultPath is the agent's PATH when Spec.Env sets none.
+const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Open files per process: Linux's usual soft limit and a hard limit a
+// process may raise it to.
+const (
+	openFilesSoft = 1024
+	openFilesHard = 65536
+)
+
+// tasksReserve is how many of the sandbox's tasks no single user can take:
+// RLIMIT_NPROC, which counts a user's tasks (each sandbox's users are host
+// users of their own, see idRange), sits that far under the cgroup's
+// pids.max, so that a fork bomb stops short and root can still start the
+// command that ends it.
+const tasksReserve = 64
+
+// capabilities are Docker's defaults without CAP_NET_RAW. They are the
+// capabilities of the sandbox's user namespace, none of the host's.
+var capabilities = []string{
+	"CAP_AUDIT_WRITE", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID",
+	"CAP_KILL", "CAP_MKNOD", "CAP_NET_BIND_SERVICE", "CAP_SETFCAP", "CAP_SETGID",
+	"CAP_SETPCAP", "CAP_SETUID", "CAP_SYS_CHROOT",
+}
+
+// maskedPaths and readonlyPaths are Docker's: kernel state a container has
+// no business reading, and kernel knobs it must not turn.
+var (
+	maskedPaths = []string{
+		"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+		"/sys/firmware", "/sys/devices/virtual/powercap",
+		// Mounted under the host's /sys, which a sandbox sees bound.
+		"/sys/kernel/debug", "/sys/kernel/security", "/sys/kernel/tracing", "/sys/fs/bpf",
+		"/sys/fs/fuse/connections", "/sys/fs/pstore",
+	}
+	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+)
+
+// limits are a sandbox's resolved resource limits.
+type limits struct {
+	CPUs        float64 `json:"cpus"`
+	MemoryBytes int64   `json:"memoryBytes"`
+	Pids        int64   `json:"pids"`
+	DiskBytes   int64   `json:"diskBytes"`
+}
+
+// resolveLimits fills the zero fields of r from cfg's defaults.
+func resolveLimits(cfg *Config, r backend.Resources) limits {
+	l := limits{CPUs: r.CPUs, MemoryBytes: r.MemoryBytes, Pids: r.Pids, DiskBytes: r.DiskBytes}
+	if l.CPUs == 0 {
+		l.CPUs = cfg.DefaultCPUs
+	}
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = cfg.DefaultMemoryBytes
+	}
+	if l.Pids == 0 {
+		l.Pids = cfg.DefaultPids
+	}
+	if l.DiskBytes == 0 {
+		l.DiskBytes = cfg.DefaultDiskBytes
+	}
+	return l
+}
+
+// perUserTasks is RLIMIT_NPROC for a sandbox of pids tasks.
+func perUserTasks(pids int64) uint64 {
+	return uint64(pids - min(tasksReserve, pids/8))
+}
+
+// specInput is what buildSpec needs beyond the backend.Spec.
+type specInput struct {
+	Spec        *backend.Spec
+	RootPath    string
+	Limits      limits
+	NetNSPath   string
+	CgroupsPath string
+	HostIDBase  uint32
+	LimitSwap   bool
+}
+
+// buildSpec returns the OCI spec of a sandbox.
+func buildSpec(in specInput) *specs.Spec {
+	s := in.Spec
+	env := append([]string(nil), s.Env...)
+	if !hasEnv(env, "PATH") {
+		env = append(env, defaultPath)
+	}
+	hostname := s.Hostname
+	if hostname == "" {
+		hostname = s.ID
+	}
+	mem := in.Limits.MemoryBytes
+	pids := in.Limits.Pids
+	period := uint64(100_000)
+	quota := int64(in.Limits.CPUs * float64(period))
+	res := &specs.LinuxResources{
+		Memory: &specs.LinuxMemory{Limit: &mem},
+		Pids:   &specs.LinuxPids{Limit: &pids},
+		CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+		// Deny every device; runc adds back the standard ones (null,
+		// zero, full, random, urandom, tty, the pty multiplexer).
+		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+	}
+	if in.LimitSwap {
+		swap := mem
+		res.Memory.Swap = &swap
+	}
+	nproc := perUserTasks(pids)
+	idmap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: in.HostIDBase, Size: idCount}}
+	return &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			User:            specs.User{UID: 0, GID: 0},
+			Args:            append([]string{AgentPath}, s.Agent.Args...),
+			Env:             env,
+			Cwd:             "/",
+			NoNewPrivileges: true,
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding:  capabilities,
+				Effective: capabilities,
+				Permitted: capabilities,
+			},
+			Rlimits: []specs.POSIXRlimit{
+				capped(unix.RLIMIT_NPROC, "RLIMIT_NPROC", nproc, nproc),
+				capped(unix.RLIMIT_NOFILE, "RLIMIT_NOFILE", openFilesSoft, openFilesHard),
+			},
+		},
+		Root:     &specs.Root{Path: in.RootPath},
+		Hostname: hostname,
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+			// /dev/shm is memory, charged to the sandbox's cgroup; half
+			// the limit at most, as Linux's default is half the RAM.
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", fmt.Sprintf("size=%dk", mem/2>>10)}},
+			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+			// A new sysfs needs a network namespace that the sandbox's
+			// user namespace owns; the sandbox's is made by the host. So
+			// /sys is the host's, bound recursively read-only, as rootless
+			// containers have it (masked below where Docker masks it).
+			{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "rro", "nosuid", "noexec", "nodev"}},
+			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+			{Destination: AgentPath, Type: "bind", Source: s.Agent.Path, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+		},
+		Linux: &specs.Linux{
+			UIDMappings: idmap,
+			GIDMappings: idmap,
+			CgroupsPath: in.CgroupsPath,
+			Resources:   res,
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.UserNamespace},
+				{Type: specs.PIDNamespace},
+				{Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace},
+				{Type: specs.CgroupNamespace},
+				{Type: specs.NetworkNamespace, Path: in.NetNSPath},
+			},
+			MaskedPaths:   maskedPaths,
+			ReadonlyPaths: readonlyPaths,
+			Seccomp:       seccompProfile(runtime.GOARCH),
+		},
+	}
+}
+
+func hasEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); ok && k == key {
+			return true
+		}
+	}
+	return false
+}
+
+// cgroupsPath returns the cgroup of sandbox id, absolute in each hierarchy.
+func cgroupsPath(parent, id string) string {
+	return path.Join("/", parent, id)
+}
+
+// capped is the rlimit res at soft and hard, lowered to the hard limit of
+// this process, which runc's init inherits: in its user namespace, it may
+// lower a limit but not raise one.
+func capped(res int, name string, soft, hard uint64) specs.POSIXRlimit {
+	var cur unix.Rlimit
+	if err := unix.Getrlimit(res, &cur); err == nil && cur.Max != unix.RLIM_INFINITY {
+		hard = min(hard, cur.Max)
+		soft = min(soft, hard)
+	}
+	return specs.POSIXRlimit{Type: name, Hard: hard, Soft: soft}
+}
