@@ -22,8 +22,10 @@ fi
 # sandbox networks, busybox-static makes tiny test images. The Jupyter
 # kernel and TypeScript are what the code interpreter's own tests run on
 # the host (agent/interpreter), as the code-interpreter template has them.
+# runc is the container backend; e2fsprogs makes its sandboxes' disks and
+# the disk images of the VM backends.
 need=()
-for pkg in mmdebstrap iproute2 iptables nftables busybox-static ca-certificates \
+for pkg in mmdebstrap iproute2 iptables nftables busybox-static ca-certificates runc e2fsprogs \
   python3-ipykernel python3-jupyter-client python3-matplotlib python3-pandas node-typescript; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
