@@ -32,17 +32,21 @@ type Config struct {
 	Root string
 	// ImageRoot is the image store's directory; empty means Root/images.
 	ImageRoot string
-	// Backend names the backend; empty means DefaultBackend.
+	// Backend names the default backend, which runs the sandboxes whose
+	// create names none; empty means DefaultBackend. A create may name
+	// any other registered backend: the engine opens it on first use.
 	Backend string
-	// BackendOptions are passed to the backend (see each backend's doc).
+	// BackendOptions are passed to the default backend (see each
+	// backend's doc). Options are backend-specific (a backend refuses
+	// keys it does not know), so other backends get none.
 	BackendOptions map[string]string
 	// Network is the operator's side of sandbox networking (resolvers,
-	// exemptions, egress off), passed to the backend.
+	// exemptions, egress off), passed to every backend.
 	Network backend.NetworkConfig
 	// AgentPath is the tupper-agent binary; empty means FindAgent().
 	AgentPath string
 	// Engine carries the engine's defaults (timeouts, limits); its Root,
-	// Backend, Images and AgentPath are filled in by Open.
+	// Backend, BackendConfig, Images and AgentPath are filled in by Open.
 	Engine engine.Config
 	// Logger receives logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -65,8 +69,9 @@ var (
 )
 
 // Open builds a Runtime: it opens the image store (Root/images), the
-// backend under Root/backends/<name> and the engine under Root/engine,
-// which re-attaches to sandboxes an earlier run left running.
+// default backend under Root/backends/<name> and the engine under
+// Root/engine, which re-attaches to sandboxes an earlier run left running,
+// opening the other backends they run on under Root/backends/<name> too.
 func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.Root == "" {
 		cfg.Root = os.Getenv("TUPPER_ROOT")
@@ -94,17 +99,21 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	be, err := backend.Open(cfg.Backend, backend.Config{
-		Root: filepath.Join(cfg.Root, "backends", cfg.Backend), Logger: cfg.Logger, Options: cfg.BackendOptions,
-		Network: cfg.Network,
-	})
+	backendConfig := func(name string) backend.Config {
+		c := backend.Config{Root: filepath.Join(cfg.Root, "backends", name), Logger: cfg.Logger, Network: cfg.Network}
+		if name == cfg.Backend {
+			c.Options = cfg.BackendOptions
+		}
+		return c
+	}
+	be, err := backend.Open(cfg.Backend, backendConfig(cfg.Backend))
 	if err != nil {
 		images.Close()
 		return nil, err
 	}
 	ecfg := cfg.Engine
 	ecfg.Root = filepath.Join(cfg.Root, "engine")
-	ecfg.Backend, ecfg.BackendName = be, cfg.Backend
+	ecfg.Backend, ecfg.BackendName, ecfg.BackendConfig = be, cfg.Backend, backendConfig
 	ecfg.Images, ecfg.AgentPath, ecfg.Logger = images, cfg.AgentPath, cfg.Logger
 	r := &Runtime{images: images, backend: be}
 	eng, err := engine.New(ctx, ecfg)
@@ -165,7 +174,7 @@ func (r *Runtime) CreateSandbox(ctx context.Context, req sdk.CreateRequest) (*sd
 	sb, err := r.engine.Create(ctx, engine.CreateOptions{
 		Template: req.Template, Image: req.Image, Timeout: req.Timeout, Metadata: req.Metadata,
 		Env: req.Env, CPUs: req.CPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
-		Network: req.Network, AllowInternetAccess: req.AllowInternetAccess,
+		Network: req.Network, AllowInternetAccess: req.AllowInternetAccess, Backend: req.Backend,
 	})
 	if err != nil {
 		return nil, err
@@ -240,6 +249,6 @@ func info(sb *engine.Sandbox) *sdk.SandboxInfo {
 		SandboxID: sb.ID, TemplateID: sb.TemplateID, Metadata: sb.Metadata, State: sb.State,
 		StartedAt: sb.StartedAt, EndAt: sb.EndAt, CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB,
 		EnvdVersion: proto.EnvdVersion, EnvdAccessToken: sb.AccessToken,
-		Network: sb.Network.Redact(), AllowInternetAccess: sb.AllowInternetAccess,
+		Network: sb.Network.Redact(), AllowInternetAccess: sb.AllowInternetAccess, Backend: sb.Backend,
 	}
 }

@@ -62,6 +62,14 @@ type CreateOptions struct {
 	// AllowInternetAccess false denies all egress but what Network's
 	// AllowOut names; nil leaves Network alone.
 	AllowInternetAccess *bool
+	// Backend names the sandbox backend to run on, such as "gvisor" or
+	// "runc" (`tupper doctor` lists those of a host and whether they
+	// work); empty means the server's default, the one `tupper serve
+	// --backend` names. A name the server does not have is refused with
+	// an error that IsInvalidArgument reports, listing the known ones; one
+	// that does not work on its host, with one that IsUnavailable
+	// reports. A Tupper extension: E2B's API ignores it.
+	Backend string
 }
 
 // ListOptions filters a listing of sandboxes.
@@ -116,6 +124,7 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		DiskMB:              opts.DiskMB,
 		Network:             opts.Network.Clone(),
 		AllowInternetAccess: opts.AllowInternetAccess,
+		Backend:             opts.Backend,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)

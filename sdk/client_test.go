@@ -113,14 +113,14 @@ func TestCreateConnectKill(t *testing.T) {
 	ctx := context.Background()
 	ft := &fakeTransport{}
 	c := &sdk.Client{Transport: ft}
-	sb, err := c.Create(ctx, sdk.CreateOptions{Template: "base", Timeout: time.Minute, Metadata: map[string]string{"k": "v"}, Envs: map[string]string{"A": "1"}})
+	sb, err := c.Create(ctx, sdk.CreateOptions{Template: "base", Timeout: time.Minute, Metadata: map[string]string{"k": "v"}, Envs: map[string]string{"A": "1"}, Backend: "runc"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sb.ID() != "sb1" || sb.Info().TemplateID != "base" {
 		t.Errorf("sandbox = %q %+v", sb.ID(), sb.Info())
 	}
-	want := sdk.CreateRequest{Template: "base", Timeout: time.Minute, Metadata: map[string]string{"k": "v"}, Env: map[string]string{"A": "1"}}
+	want := sdk.CreateRequest{Template: "base", Timeout: time.Minute, Metadata: map[string]string{"k": "v"}, Env: map[string]string{"A": "1"}, Backend: "runc"}
 	if diff := cmp.Diff(want, ft.created[0]); diff != "" {
 		t.Errorf("create request (-want +got):\n%s", diff)
 	}

@@ -184,6 +184,9 @@ type createBody struct {
 	DiskSizeMB          int            `json:"diskSizeMB,omitempty"`
 	Network             *NetworkPolicy `json:"network,omitempty"`
 	AllowInternetAccess *bool          `json:"allow_internet_access,omitempty"`
+	// Backend is Tupper's extension too: the backend to run on, empty
+	// for the server's default.
+	Backend string `json:"backend,omitempty"`
 }
 
 // networkUpdateBody is the body of PUT /sandboxes/{id}/network.
@@ -237,6 +240,8 @@ type sandboxJSON struct {
 	EnvdAccessToken     *string           `json:"envdAccessToken"`
 	Network             *NetworkPolicy    `json:"network"`
 	AllowInternetAccess *bool             `json:"allowInternetAccess"`
+	// Backend is Tupper's extension: the backend the sandbox runs on.
+	Backend string `json:"backend"`
 }
 
 func (s *sandboxJSON) info() *SandboxInfo {
@@ -244,7 +249,7 @@ func (s *sandboxJSON) info() *SandboxInfo {
 		SandboxID: s.SandboxID, TemplateID: s.TemplateID, Alias: s.Alias, Metadata: s.Metadata,
 		State: s.State, StartedAt: s.StartedAt, EndAt: s.EndAt, CPUCount: s.CPUCount,
 		MemoryMB: s.MemoryMB, DiskSizeMB: s.DiskSizeMB, EnvdVersion: s.EnvdVersion,
-		Network: s.Network, AllowInternetAccess: s.AllowInternetAccess,
+		Network: s.Network, AllowInternetAccess: s.AllowInternetAccess, Backend: s.Backend,
 	}
 	if s.EnvdAccessToken != nil {
 		info.EnvdAccessToken = *s.EnvdAccessToken
@@ -286,7 +291,7 @@ func (t *HTTPTransport) CreateSandbox(ctx context.Context, req CreateRequest) (*
 	body := createBody{
 		TemplateID: req.Template, Timeout: ceilSeconds(req.Timeout), Metadata: req.Metadata,
 		EnvVars: req.Env, CPUCount: req.CPUs, MemoryMB: req.MemoryMB, DiskSizeMB: req.DiskMB,
-		Network: req.Network, AllowInternetAccess: req.AllowInternetAccess,
+		Network: req.Network, AllowInternetAccess: req.AllowInternetAccess, Backend: req.Backend,
 	}
 	if req.Image != "" {
 		body.TemplateID = req.Image

@@ -93,6 +93,7 @@ func TestHTTPTransportWire(t *testing.T) {
 			writeJSON(w, http.StatusOK, []map[string]any{{
 				"templateID": "base", "alias": "base", "sandboxID": "sb1", "clientID": "c", "startedAt": started, "endAt": started.Add(time.Hour),
 				"cpuCount": 2, "memoryMB": 512, "diskSizeMB": 2048, "metadata": map[string]string{"k": "v"}, "state": "running", "envdVersion": "0.5.7",
+				"backend": "runc",
 			}})
 		case "GET /sandboxes/sb2":
 			writeJSON(w, http.StatusOK, map[string]any{"templateID": "base", "sandboxID": "sb2", "clientID": "c", "envdVersion": "0.5.7", "envdAccessToken": "tok2", "state": "running"})
@@ -110,6 +111,7 @@ func TestHTTPTransportWire(t *testing.T) {
 
 	info, err := tr.CreateSandbox(ctx, sdk.CreateRequest{
 		Timeout: 1500 * time.Millisecond, Metadata: map[string]string{"k": "v"}, Env: map[string]string{"A": "1"}, CPUs: 2, MemoryMB: 512, DiskMB: 2048,
+		Backend: "runc",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -146,6 +148,7 @@ func TestHTTPTransportWire(t *testing.T) {
 	wantPage := &sdk.ListPage{NextToken: "next1", Sandboxes: []sdk.SandboxInfo{{
 		SandboxID: "sb1", TemplateID: "base", Alias: "base", Metadata: map[string]string{"k": "v"}, State: "running",
 		StartedAt: started, EndAt: started.Add(time.Hour), CPUCount: 2, MemoryMB: 512, DiskSizeMB: 2048, EnvdVersion: "0.5.7",
+		Backend: "runc",
 	}}}
 	if d := cmp.Diff(wantPage, page); d != "" {
 		t.Errorf("page (-want +got):\n%s", d)
@@ -172,6 +175,7 @@ func TestHTTPTransportWire(t *testing.T) {
 	want := []recorded{
 		{Method: "POST", Path: "/v2/sandboxes", Body: map[string]any{
 			"timeout": 2.0, "metadata": map[string]any{"k": "v"}, "envVars": map[string]any{"A": "1"}, "cpuCount": 2.0, "memoryMB": 512.0, "diskSizeMB": 2048.0,
+			"backend": "runc",
 		}},
 		{Method: "POST", Path: "/sandboxes/sb1/connect", Body: map[string]any{}},
 		{Method: "POST", Path: "/sandboxes/sb1/connect", Body: map[string]any{"timeout": 60.0}},

@@ -63,6 +63,9 @@ type CreateRequest struct {
 	// CreateOptions.Network).
 	Network             *NetworkPolicy
 	AllowInternetAccess *bool
+	// Backend names the backend to run the sandbox on; empty means the
+	// server's default (see CreateOptions.Backend).
+	Backend string
 }
 
 // NetworkTransport is a Transport that can change a running sandbox's
@@ -113,4 +116,7 @@ type SandboxInfo struct {
 	// as its create or last update gave them; a listing leaves them out.
 	Network             *NetworkPolicy
 	AllowInternetAccess *bool
+	// Backend names the backend the sandbox runs on ("gvisor", "runc"…),
+	// a Tupper extension; empty from servers that do not say (E2B).
+	Backend string
 }

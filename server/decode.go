@@ -42,6 +42,10 @@ type createBody struct {
 	CPUCount   float64 `json:"cpuCount"`
 	MemoryMB   int     `json:"memoryMB"`
 	DiskSizeMB int     `json:"diskSizeMB"`
+	// Backend is Tupper's extension too: the backend to run the sandbox
+	// on ("gvisor", "runc"…), named as the listing reports it; empty means
+	// the daemon's default.
+	Backend string `json:"backend"`
 }
 
 // connectBody is the body of POST /sandboxes/{id}/connect and of resume.
@@ -175,7 +179,7 @@ func decodeCreate(data []byte) (engine.CreateOptions, error) {
 		Template: b.TemplateID, Timeout: timeout, Metadata: b.Metadata, Env: b.EnvVars,
 		CPUs: b.CPUCount, MemoryMB: b.MemoryMB, DiskMB: b.DiskSizeMB,
 		Network: b.Network, AllowInternetAccess: b.AllowInternetAccess,
-		Secure: b.Secure, AutoPause: b.AutoPause != nil && *b.AutoPause,
+		Secure: b.Secure, AutoPause: b.AutoPause != nil && *b.AutoPause, Backend: b.Backend,
 	}, nil
 }
 

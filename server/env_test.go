@@ -68,6 +68,10 @@ func newTestEnv(t *testing.T) *testEnv {
 	eng, err := engine.New(ctx, engine.Config{
 		Root: filepath.Join(dir, "engine"), Backend: fb, BackendName: "fake",
 		Images: fakeImages{rootfs: dir}, AgentPath: exe, Logger: testLogger(),
+		// Creates may name the backends a test registers.
+		BackendConfig: func(name string) backend.Config {
+			return backend.Config{Root: filepath.Join(dir, "backends", name)}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,8 @@ type sandboxJSON struct {
 	EnvdAccessToken    string  `json:"envdAccessToken,omitempty"`
 	Domain             string  `json:"domain"`
 	TrafficAccessToken *string `json:"trafficAccessToken"`
+	// Backend is Tupper's extension: the backend the sandbox runs on.
+	Backend string `json:"backend,omitempty"`
 }
 
 // listedSandboxJSON is one entry of a listing.
@@ -43,6 +45,8 @@ type listedSandboxJSON struct {
 	State        string            `json:"state"`
 	EnvdVersion  string            `json:"envdVersion"`
 	VolumeMounts []volumeMount     `json:"volumeMounts"`
+	// Backend is Tupper's extension: the backend the sandbox runs on.
+	Backend string `json:"backend,omitempty"`
 }
 
 // sandboxDetailJSON answers GET /sandboxes/{id}.
@@ -99,7 +103,7 @@ func publicTraffic(p *netpolicy.Policy) bool {
 func (s *Server) sandboxJSON(sb *engine.Sandbox) sandboxJSON {
 	out := sandboxJSON{
 		TemplateID: sb.TemplateID, SandboxID: sb.ID, ClientID: clientID, EnvdVersion: proto.EnvdVersion,
-		Alias: sb.TemplateID, EnvdAccessToken: sb.AccessToken, Domain: s.cfg.Domain,
+		Alias: sb.TemplateID, EnvdAccessToken: sb.AccessToken, Domain: s.cfg.Domain, Backend: sb.Backend,
 	}
 	if !publicTraffic(sb.Network) {
 		tok := trafficToken(sb.AccessToken)
@@ -118,6 +122,7 @@ func listedJSON(sb *engine.Sandbox) listedSandboxJSON {
 		StartedAt: sb.StartedAt.UTC(), EndAt: sb.EndAt.UTC(),
 		CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB,
 		Metadata: md, State: sb.State, EnvdVersion: proto.EnvdVersion, VolumeMounts: []volumeMount{},
+		Backend: sb.Backend,
 	}
 }
 

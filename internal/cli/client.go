@@ -164,6 +164,7 @@ type sandboxJSON struct {
 	EnvdVersion         string             `json:"envdVersion"`
 	Network             *sdk.NetworkPolicy `json:"network,omitempty"`
 	AllowInternetAccess *bool              `json:"allowInternetAccess,omitempty"`
+	Backend             string             `json:"backend,omitempty"`
 }
 
 func toJSON(info *sdk.SandboxInfo) sandboxJSON {
@@ -175,7 +176,7 @@ func toJSON(info *sdk.SandboxInfo) sandboxJSON {
 		SandboxID: info.SandboxID, TemplateID: info.TemplateID, Alias: info.Alias, State: info.State, Metadata: md,
 		StartedAt: info.StartedAt, EndAt: info.EndAt, CPUCount: info.CPUCount, MemoryMB: info.MemoryMB,
 		DiskSizeMB: info.DiskSizeMB, EnvdVersion: info.EnvdVersion,
-		Network: info.Network, AllowInternetAccess: info.AllowInternetAccess,
+		Network: info.Network, AllowInternetAccess: info.AllowInternetAccess, Backend: info.Backend,
 	}
 }
 

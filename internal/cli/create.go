@@ -31,9 +31,13 @@ func newCreateCmd(g *globals) *cobra.Command {
 		Short: "Create a sandbox on `tupper serve` and print its id",
 		Long: `Create a sandbox on a running ` + "`tupper serve`" + ` and print its id. The sandbox
 lives until ` + "`tupper kill`" + ` or its timeout (the daemon's default, 5 minutes,
-unless --timeout says otherwise; ` + "`tupper timeout`" + ` changes it later).`,
+unless --timeout says otherwise; ` + "`tupper timeout`" + ` changes it later).
+
+--backend NAME runs it on that backend of the daemon's host rather than the
+daemon's default (` + "`tupper doctor`" + ` on that host lists them and whether they work).`,
 		Example: `  id=$(tupper create --metadata owner=me --timeout 1h)
-  tupper exec "$id" -- python3 -c 'print(6*7)'`,
+  tupper exec "$id" -- python3 -c 'print(6*7)'
+  tupper create --backend runc`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runCreate(cmd.Context(), g, o)
@@ -72,6 +76,7 @@ func runCreate(ctx context.Context, g *globals, o *createOptions) error {
 	opts := sdk.CreateOptions{
 		Template: o.template, Image: o.image, Envs: env, Metadata: md,
 		CPUs: o.cpus, MemoryMB: o.memoryMB, DiskMB: o.disk.mb, Timeout: o.timeout,
+		Backend: g.backend,
 	}
 	if o.egress.set() {
 		if opts.Network, opts.AllowInternetAccess, err = o.egress.policy(); err != nil {

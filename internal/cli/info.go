@@ -47,6 +47,7 @@ func runInfo(ctx context.Context, g *globals, o *infoOptions) error {
 	rows := [][2]string{
 		{"Sandbox ID", info.SandboxID},
 		{"Template", info.TemplateID},
+		{"Backend", orDash(info.Backend)},
 		{"State", info.State},
 		{"Started", info.StartedAt.Local().Format(time.RFC3339)},
 		{"Ends", fmt.Sprintf("%s (in %s)", info.EndAt.Local().Format(time.RFC3339), until(time.Now(), info.EndAt))},

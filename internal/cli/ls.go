@@ -71,13 +71,22 @@ func runLs(ctx context.Context, g *globals, o *lsOptions) error {
 		return printJSON(g.stdout, out)
 	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SANDBOX ID\tTEMPLATE\tSTATE\tSTARTED\tENDS IN\tMETADATA")
+	fmt.Fprintln(tw, "SANDBOX ID\tTEMPLATE\tBACKEND\tSTATE\tSTARTED\tENDS IN\tMETADATA")
 	now := time.Now()
 	for _, sb := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.SandboxID, sb.TemplateID, sb.State,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.SandboxID, sb.TemplateID, orDash(sb.Backend), sb.State,
 			sb.StartedAt.Local().Format(time.DateTime), until(now, sb.EndAt), formatPairs(sb.Metadata))
 	}
 	return tw.Flush()
+}
+
+// orDash is s, or "-" when a server did not say (E2B's API knows no
+// backends).
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // until says how long from now t is, to the second.

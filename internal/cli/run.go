@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lightbearco/tupper/local"
 	"github.com/lightbearco/tupper/sdk"
 )
 
@@ -31,6 +32,9 @@ func newRunCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run [--template NAME | --image REF] -- CMD [ARG...]",
 		Short: "Run one command in a fresh sandbox, stream its output, and exit with its code",
+		Long: `Run one command in a fresh sandbox, stream its output, and exit with its code.
+run needs no daemon: it runs the sandbox itself, on --backend NAME, else this
+host's default backend (` + local.DefaultBackend + `).`,
 		Example: `  tupper run -- python3 -c 'print(6*7)'
   tupper run --image alpine:3 --env GREETING=hi -- sh -c 'echo $GREETING'`,
 		Args: cobra.MinimumNArgs(1),

@@ -49,7 +49,14 @@ kill sandboxes) and the data plane (commands, files) of every sandbox.
 Point the E2B SDKs at it with
   E2B_API_URL=http://127.0.0.1:3000 E2B_SANDBOX_URL=http://127.0.0.1:3000 E2B_API_KEY=e2b_…
 
-The first start creates an API key and prints it once.`,
+The first start creates an API key and prints it once.
+
+Sandboxes run on the daemon's default backend, --backend NAME, else this
+host's: ` + local.DefaultBackend + `. A create may name another backend built into tupper
+(the API's "backend" field, ` + "`tupper create --backend NAME`" + `, the Go SDK's
+CreateOptions.Backend); the daemon opens it on first use under
+<root>/backends/NAME, once its self-check says it works here.
+` + "`tupper doctor`" + ` lists the backends and what each one needs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runServe(cmd.Context(), g, o)
