@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/runc"
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/local"
@@ -32,13 +33,30 @@ func newStack(t testing.TB, ecfg engine.Config) *stack {
 // newStackNet is newStack with the host's side of networking given.
 func newStackNet(t testing.TB, ecfg engine.Config, ncfg backend.NetworkConfig) *stack {
 	t.Helper()
-	testutil.RequiresRunsc(t)
+	return newStackOn(t, "", ecfg, ncfg)
+}
+
+// newStackOn is newStackNet on the backend named backendName ("" for the
+// default, gVisor).
+func newStackOn(t testing.TB, backendName string, ecfg engine.Config, ncfg backend.NetworkConfig) *stack {
+	t.Helper()
+	switch backendName {
+	case "", "gvisor":
+		testutil.RequiresRunsc(t)
+	case "runc":
+		if os.Geteuid() != 0 {
+			testutil.Skip(t, "the runc backend needs root")
+		}
+		if _, err := runc.FindRunc(); err != nil {
+			testutil.Skip(t, "runc not found: "+err.Error())
+		}
+	}
 	storeRoot, name := testutil.TestImage(t)
 	if ecfg.DefaultTemplate == "" {
 		ecfg.DefaultTemplate = name
 	}
 	cfg := local.Config{
-		Root: shortTempDir(t), ImageRoot: storeRoot, AgentPath: testutil.AgentBinary(t), Engine: ecfg, Network: ncfg,
+		Root: shortTempDir(t), ImageRoot: storeRoot, AgentPath: testutil.AgentBinary(t), Engine: ecfg, Network: ncfg, Backend: backendName,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	s := &stack{cfg: cfg}

@@ -12,14 +12,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/sdk"
 )
 
 // TestIsolation checks, with the real agent and image, what code inside a
-// sandbox must not do to the host, the shared image or other sandboxes.
+// sandbox must not do to the host, the shared image or other sandboxes, on
+// each Linux backend.
 func TestIsolation(t *testing.T) {
-	s := newStack(t, engine.Config{})
+	for _, name := range []string{"gvisor", "runc"} {
+		t.Run(name, func(t *testing.T) { testIsolation(t, name) })
+	}
+}
+
+func testIsolation(t *testing.T, backendName string) {
+	s := newStackOn(t, backendName, engine.Config{}, backend.NetworkConfig{})
 	ctx := context.Background()
 	sb := s.create(t, sdk.CreateOptions{})
 	neighbour := s.create(t, sdk.CreateOptions{})
