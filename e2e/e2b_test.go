@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lightbearco/tupper/backend/runc"
 	"github.com/lightbearco/tupper/internal/testutil"
+	"github.com/lightbearco/tupper/sdk"
 )
 
 // TestE2BSDK runs the published e2b JS SDK, at every version pinned in
@@ -37,6 +39,43 @@ func TestE2BSDK(t *testing.T) {
 		t.Run("e2b@"+v, func(t *testing.T) {
 			runScenario(t, node, dir, d, "e2b@"+v)
 		})
+	}
+}
+
+// TestE2BSDKOnRunc runs the same scenario, with the newest pinned SDK,
+// against a daemon whose sandboxes are runc containers: the backend is
+// the daemon's business, and the SDK sees no difference.
+func TestE2BSDKOnRunc(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a dozen containers")
+	}
+	requireRunc(t)
+	node := requireNode(t)
+	dir := filepath.Join(testutil.ModuleRoot(), "e2e", "e2b")
+	versions := pinnedSDKVersions(t, dir)
+	npmCI(t, dir)
+	d := startServeDaemon(t, "--backend", "runc")
+	// The daemon's sandboxes are containers in a user namespace of their
+	// own, which a gVisor sandbox is not.
+	ctx := context.Background()
+	sb, err := goClient(t, d).Create(ctx, sdk.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := strings.Fields(mustRun(ctx, t, sb, "cat /proc/self/uid_map")); len(m) != 3 || m[1] == "0" {
+		t.Fatalf("uid_map %q: the sandbox is not a runc container", m)
+	}
+	if err := sb.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runScenario(t, node, dir, d, "e2b@"+versions[0])
+}
+
+// requireRunc skips the test when runc is missing, and fails it in CI.
+func requireRunc(t *testing.T) {
+	t.Helper()
+	if _, err := runc.FindRunc(); err != nil {
+		testutil.Skip(t, "runc not found ("+err.Error()+"): scripts/setup.sh installs it")
 	}
 }
 
