@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/errdefs"
@@ -83,8 +84,11 @@ func (e *Engine) backendNamed(ctx context.Context, name string) (backend.Backend
 }
 
 // openBackend opens the backend registered as name, once its self-check
-// says it works here.
+// says it works here. Others may be waiting for the outcome: the caller
+// going away does not cut the check short.
 func (e *Engine) openBackend(ctx context.Context, name string) (backend.Backend, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
 	for _, r := range backend.CheckAll(ctx) {
 		if r.Backend != name || !r.Checked || r.Works {
 			continue

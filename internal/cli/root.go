@@ -80,7 +80,7 @@ func newRoot(g *globals) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&g.root, "root", "", "state directory (default $TUPPER_ROOT or "+local.DefaultRoot+")")
-	root.PersistentFlags().StringVar(&g.backend, "backend", "", "sandbox backend: the default of `serve`, `mcp` and `run`; on `create`, the one asked of the daemon; on `doctor`, the one judged (default: the daemon's; "+local.DefaultBackend+" on this OS)")
+	root.PersistentFlags().StringVar(&g.backend, "backend", "", "sandbox backend `NAME`: the default of serve, mcp and run; the one create asks the daemon for; the one doctor judges (default: the daemon's, else "+local.DefaultBackend+" on this OS)")
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log what happens")
 	root.AddCommand(newImageCmd(g), newRunCmd(g), newServeCmd(g), newMCPCmd(g))
 	root.AddCommand(newCreateCmd(g), newLsCmd(g), newInfoCmd(g), newExecCmd(g), newRunCodeCmd(g), newShellCmd(g), newCpCmd(g), newReadCmd(g), newWriteCmd(g), newKillCmd(g), newTimeoutCmd(g), newNetworkCmd(g), newKeysCmd(g), newDoctorCmd(g), newVersionCmd(g))

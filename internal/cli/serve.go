@@ -51,11 +51,11 @@ Point the E2B SDKs at it with
 
 The first start creates an API key and prints it once.
 
-Sandboxes run on the daemon's default backend, --backend NAME, else this
-host's: ` + local.DefaultBackend + `. A create may name another backend built into tupper
-(the API's "backend" field, ` + "`tupper create --backend NAME`" + `, the Go SDK's
-CreateOptions.Backend); the daemon opens it on first use under
-<root>/backends/NAME, once its self-check says it works here.
+Sandboxes run on the backend --backend names, else on this host's default:
+` + local.DefaultBackend + `. A create may ask for another backend built into tupper: the API's
+"backend" field (Tupper's extension), ` + "`tupper create --backend NAME`" + `, or the
+Go SDK's CreateOptions.Backend. The daemon opens it on first use, under
+<root>/backends/NAME, once its self-check says it works on this host;
 ` + "`tupper doctor`" + ` lists the backends and what each one needs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
