@@ -36,6 +36,16 @@ func BenchmarkCreateToFirstCommandNoEgress(b *testing.B) {
 	benchCreate(b, newStackNet(b, engine.Config{}, backend.NetworkConfig{NoEgress: true}))
 }
 
+// BenchmarkCreateToFirstCommandRunc and BenchmarkCommandRoundTripRunc are
+// the same on the runc backend, for the README's table of backends.
+func BenchmarkCreateToFirstCommandRunc(b *testing.B) {
+	benchCreate(b, newStackOn(b, "runc", engine.Config{}, backend.NetworkConfig{}))
+}
+
+func BenchmarkCommandRoundTripRunc(b *testing.B) {
+	benchRoundTrip(b, newStackOn(b, "runc", engine.Config{}, backend.NetworkConfig{}))
+}
+
 func benchCreate(b *testing.B, s *stack) {
 	ctx := context.Background()
 	for b.Loop() {
@@ -55,7 +65,10 @@ func benchCreate(b *testing.B, s *stack) {
 }
 
 func BenchmarkCommandRoundTrip(b *testing.B) {
-	s := newStack(b, engine.Config{})
+	benchRoundTrip(b, newStack(b, engine.Config{}))
+}
+
+func benchRoundTrip(b *testing.B, s *stack) {
 	sb := s.create(b, sdk.CreateOptions{})
 	ctx := context.Background()
 	for b.Loop() {
