@@ -3,7 +3,7 @@
 ADDR ?= 127.0.0.1:3000
 CMD ?= python3 -c 'import platform; print("hello from", platform.uname().system, "in a gVisor sandbox")'
 
-.PHONY: setup build base run demo test bench proto dist
+.PHONY: setup build base run demo test test-backend bench proto dist
 
 setup build:
 	scripts/setup.sh
@@ -26,6 +26,14 @@ demo: base
 
 test:
 	scripts/test.sh
+
+# test-backend runs the conformance suite of one backend on this host's real
+# platform (BACKEND=gvisor, runc, firecracker, apple or wsl): on a Mac for
+# apple, on Windows for wsl, on a Linux host with KVM and Firecracker for
+# firecracker. Any part it cannot run there fails rather than skips.
+BACKEND ?= gvisor
+test-backend: setup
+	TUPPER_TEST_BACKEND=$(BACKEND) TUPPER_REQUIRE_ALL=1 go test -count=1 -v -run 'Conformance' ./backend/$(BACKEND)/
 
 bench: setup
 	TUPPER_AGENT=$(CURDIR)/bin/tupper-agent go test -run '^$$' -bench . -benchtime 20x ./local/
