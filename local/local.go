@@ -6,18 +6,15 @@ package local
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/engine"
-	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/proto"
 	"github.com/lightbearco/tupper/sdk"
@@ -43,7 +40,7 @@ type Config struct {
 	// Network is the operator's side of sandbox networking (resolvers,
 	// exemptions, egress off), passed to every backend.
 	Network backend.NetworkConfig
-	// AgentPath is the tupper-agent binary; empty means FindAgent().
+	// AgentPath is the tupper-agent binary; empty means EnsureAgent().
 	AgentPath string
 	// Engine carries the engine's defaults (timeouts, limits); its Root,
 	// Backend, BackendConfig, Images and AgentPath are filled in by Open.
@@ -86,7 +83,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.AgentPath == "" {
-		p, err := FindAgent()
+		p, err := EnsureAgent(ctx, filepath.Join(cfg.Root, "bin"), cfg.Logger)
 		if err != nil {
 			return nil, err
 		}
@@ -131,24 +128,6 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	t.Proxy, t.DialContext, t.MaxIdleConnsPerHost = nil, eng.DialContext, 16
 	r.client = &http.Client{Transport: t}
 	return r, nil
-}
-
-// FindAgent locates the tupper-agent binary: $TUPPER_AGENT, then beside
-// the running executable, then on PATH.
-func FindAgent() (string, error) {
-	if p := os.Getenv("TUPPER_AGENT"); p != "" {
-		return p, nil
-	}
-	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "tupper-agent")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("tupper-agent"); err == nil {
-		return p, nil
-	}
-	return "", fmt.Errorf("tupper-agent binary not found beside tupper, on PATH or in $TUPPER_AGENT (run `make build`): %w", errdefs.ErrNotFound)
 }
 
 // Images returns the runtime's image store.
