@@ -38,7 +38,9 @@ type serveDaemon struct {
 	// the cleanup kills their sandboxes too, which Key cannot see.
 	otherKeys []string
 
-	tupper    string
+	tupper string
+	// env is more of the daemon's environment, KEY=VALUE.
+	env       []string
 	addr      string
 	imageRoot string
 	logPath   string
@@ -164,7 +166,7 @@ func (d *serveDaemon) launch() error {
 	cmd := exec.Command(d.tupper, append([]string{"--root", d.Root, "--verbose", "serve",
 		"--addr", d.addr, "--image-root", d.imageRoot}, d.args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "TUPPER_ROOT=")
+	cmd.Env = append(append(os.Environ(), "TUPPER_ROOT="), d.env...)
 	// Its own process group: a ^C to the test must not reach it before
 	// the cleanup has killed its sandboxes.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
