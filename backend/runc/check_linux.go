@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/lightbearco/tupper/backend"
+	"golang.org/x/sys/unix"
 )
 
 // check is the runc backend's self-check (`tupper doctor`): runc, root,
@@ -46,6 +47,27 @@ func check(ctx context.Context) []backend.Finding {
 		userns.Detail, userns.Fix = "turned off", "sysctl -w user.max_user_namespaces=15000"
 	}
 	out = append(out, userns)
+	out = append(out, kernelFinding())
 	return append(out, backend.Finding{What: "isolation", OK: true, Optional: true,
 		Detail: "a container: sandboxes share the host's kernel (hardened with a user namespace, seccomp and no capabilities beyond Docker's defaults); gvisor puts a kernel of its own between them"})
+}
+
+// kernelFinding says whether the kernel has what the root of a sandbox is
+// made with: idmapped mounts under an overlay, from Linux 5.19.
+func kernelFinding() backend.Finding {
+	f := backend.Finding{What: "kernel"}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		f.Detail = err.Error()
+		return f
+	}
+	release := unix.ByteSliceToString(u.Release[:])
+	f.Detail = release
+	var major, minor int
+	fmt.Sscanf(release, "%d.%d", &major, &minor)
+	f.OK = major > 5 || major == 5 && minor >= 19
+	if !f.OK {
+		f.Fix = "Linux 5.19 or later: sandboxes see the image through an idmapped mount under an overlay"
+	}
+	return f
 }
