@@ -2,16 +2,15 @@ package gvisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	runc "github.com/containerd/go-runc"
@@ -53,15 +52,12 @@ const (
 // Backend runs sandboxes with runsc. It is safe for concurrent use; calls
 // for one id are serialized.
 type Backend struct {
+	// What runsc does as runc does (state, list, stop, pause, stats,
+	// network) is oci.Runtime's.
+	*oci.Runtime
 	cfg       Config
-	log       *slog.Logger
-	runsc     *runc.Runc
-	pool      *network.Pool
-	egress    *network.Egress // nil when sandboxes have no egress
-	sandboxes string
 	limitSwap bool
 	pids      *pidBudget
-	locks     oci.IDLocks
 	// foreign finds the runsc commands an earlier process left running.
 	foreign foreignRunsc
 }
@@ -110,10 +106,10 @@ func New(cfg Config) (*Backend, error) {
 		flags = append(flags, "--debug-log="+debugDir+"/")
 	}
 	flags = append(flags, cfg.RunscFlags...)
-	return &Backend{
-		cfg: cfg,
-		log: cfg.Logger.With("backend", "gvisor"),
-		runsc: &runc.Runc{
+	b := &Backend{cfg: cfg, limitSwap: oci.SwapLimitable(), pids: pids, foreign: foreignRunsc{since: time.Now()}}
+	b.Runtime = &oci.Runtime{
+		Name: "runsc",
+		Cmd: &runc.Runc{
 			Command: cfg.RunscPath,
 			Root:    stateDir,
 			Debug:   cfg.Debug,
@@ -122,16 +118,30 @@ func New(cfg Config) (*Backend, error) {
 			Setpgid:   true,
 			ExtraArgs: flags,
 		},
-		pool:      pool,
-		egress:    egress,
-		sandboxes: sandboxes,
-		limitSwap: oci.SwapLimitable(),
-		pids:      pids,
-		foreign:   foreignRunsc{since: time.Now()},
-	}, nil
+		Sandboxes:    sandboxes,
+		CgroupParent: cfg.CgroupParent,
+		Pool:         pool,
+		Egress:       egress,
+		Log:          cfg.Logger.With("backend", "gvisor"),
+		Knows:        b.runscKnows,
+		Leftovers:    b.removeRunscLeftovers,
+		MemoryLimit:  b.memoryLimit,
+	}
+	return b, nil
 }
 
-func (b *Backend) bundleDir(id string) string { return filepath.Join(b.sandboxes, id) }
+// memoryLimit is the memory limit sandbox id was started with.
+func (b *Backend) memoryLimit(id string) uint64 {
+	data, err := os.ReadFile(filepath.Join(b.BundleDir(id), recordFile))
+	if err != nil {
+		return 0
+	}
+	var r record
+	if json.Unmarshal(data, &r) != nil {
+		return 0
+	}
+	return uint64(r.Limits.MemoryBytes)
+}
 
 // record is what the backend keeps about a running sandbox, in
 // <bundle>/sandbox.json.
@@ -151,12 +161,12 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	if spec == nil {
 		return nil, fmt.Errorf("gvisor start: nil spec: %w", errdefs.ErrInvalidArgument)
 	}
-	if err := validateSpec(spec); err != nil {
+	if err := oci.ValidateSpec(spec, floors); err != nil {
 		return nil, err
 	}
 	id := spec.ID
-	defer b.locks.Lock(id)()
-	log := b.log.With("sandbox", id, "op", "start")
+	defer b.Locks.Lock(id)()
+	log := b.Log.With("sandbox", id, "op", "start")
 	begin := time.Now()
 	step := func(name string, since time.Time) { log.Debug("step done", "step", name, "took", time.Since(since)) }
 
@@ -177,8 +187,8 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 
 	// Claim: the bundle directory marks the id as this backend's.
 	t := time.Now()
-	dir := b.bundleDir(id)
-	cgPath := cgroupsPath(b.cfg.CgroupParent, id)
+	dir := b.BundleDir(id)
+	cgPath := b.CgroupsPath(id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrAlreadyExists)
@@ -217,19 +227,19 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	defer release()
 
 	t = time.Now()
-	ep, err := b.pool.Setup(ctx, id, spec.Network)
+	ep, err := b.Pool.Setup(ctx, id, spec.Network)
 	if err != nil {
 		return nil, err
 	}
 	undo.Add(func() error {
 		c, cancel := cleanupCtx()
 		defer cancel()
-		return b.pool.Teardown(c, id)
+		return b.Pool.Teardown(c, id)
 	})
 	step("network", t)
 
 	ociSpec := buildSpec(specInput{
-		Spec:        b.withNetwork(spec, ep),
+		Spec:        b.WithNetwork(spec, ep),
 		RootPath:    rootfs,
 		Limits:      lim,
 		NetNSPath:   ep.NetNSPath,
@@ -249,21 +259,21 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	undo.Add(func() error {
 		c, cancel := cleanupCtx()
 		defer cancel()
-		return errors.Join(b.destroy(c, id), oci.RemoveCgroup(cgPath))
+		return errors.Join(b.Destroy(c, id), oci.RemoveCgroup(cgPath))
 	})
 	// runsc steps are not cut short by ctx: a runsc create killed halfway
 	// leaves processes and state files that runsc itself no longer knows.
 	// ctx is checked between the steps instead.
-	rctx, rcancel := runscContext(ctx)
+	rctx, rcancel := oci.Context(ctx)
 	defer rcancel()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sandbox %q: before runsc create: %w", id, context.Cause(ctx))
 	}
-	create := *b.runsc
-	create.ExtraArgs = append(slices.Clip(b.runsc.ExtraArgs), overlayFlag(dir, b.diskBytes(spec.Resources)))
+	create := *b.Cmd
+	create.ExtraArgs = append(slices.Clip(b.Cmd.ExtraArgs), overlayFlag(dir, b.diskBytes(spec.Resources)))
 	err = create.Create(rctx, id, dir, &runc.CreateOpts{
 		IO:      oci.FileIO{F: console},
-		PidFile: filepath.Join(dir, pidFile),
+		PidFile: filepath.Join(dir, oci.PidFile),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: runsc create: %w: %s", id, err, oci.Tail(oci.ConsolePath(dir), 2048))
@@ -282,7 +292,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	}
 
 	t = time.Now()
-	if err := b.runsc.Start(rctx, id); err != nil {
+	if err := b.Cmd.Start(rctx, id); err != nil {
 		return nil, fmt.Errorf("sandbox %q: runsc start: %w", id, err)
 	}
 	step("start", t)
@@ -290,7 +300,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		return nil, fmt.Errorf("sandbox %q: after runsc start: %w", id, context.Cause(ctx))
 	}
 
-	pid, err := oci.ReadPid(filepath.Join(dir, pidFile))
+	pid, err := oci.ReadPid(filepath.Join(dir, oci.PidFile))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
@@ -350,125 +360,21 @@ func (b *Backend) diskBytes(r backend.Resources) int64 {
 	return b.cfg.DefaultDiskBytes
 }
 
-// validateSpec checks spec before anything is made.
-func validateSpec(s *backend.Spec) error {
-	if err := network.ValidateID(s.ID); err != nil {
-		return err
-	}
-	if !filepath.IsAbs(s.RootFS) {
-		return fmt.Errorf("sandbox %q: RootFS %q must be absolute: %w", s.ID, s.RootFS, errdefs.ErrInvalidArgument)
-	}
-	if overlayUnsafe(s.RootFS) {
-		return fmt.Errorf("sandbox %q: RootFS %q holds ',', ':' or '\\', which overlayfs cannot take: %w", s.ID, s.RootFS, errdefs.ErrInvalidArgument)
-	}
-	if fi, err := os.Stat(s.RootFS); err != nil {
-		return fmt.Errorf("sandbox %q: RootFS: %w: %w", s.ID, errdefs.ErrNotFound, err)
-	} else if !fi.IsDir() {
-		return fmt.Errorf("sandbox %q: RootFS %s is not a directory: %w", s.ID, s.RootFS, errdefs.ErrInvalidArgument)
-	}
-	if !filepath.IsAbs(s.Agent.Path) {
-		return fmt.Errorf("sandbox %q: agent path %q must be absolute: %w", s.ID, s.Agent.Path, errdefs.ErrInvalidArgument)
-	}
-	if fi, err := os.Stat(s.Agent.Path); err != nil {
-		return fmt.Errorf("sandbox %q: agent: %w: %w", s.ID, errdefs.ErrNotFound, err)
-	} else if !fi.Mode().IsRegular() {
-		return fmt.Errorf("sandbox %q: agent %s is not a regular file: %w", s.ID, s.Agent.Path, errdefs.ErrInvalidArgument)
-	}
-	r := s.Resources
-	if r.CPUs < 0 || r.MemoryBytes < 0 || r.Pids < 0 || r.DiskBytes < 0 {
-		return fmt.Errorf("sandbox %q: negative resources %+v: %w", s.ID, r, errdefs.ErrInvalidArgument)
-	}
-	if r.MemoryBytes != 0 && r.MemoryBytes < 64<<20 {
-		return fmt.Errorf("sandbox %q: memory limit %d is below 64 MiB, too small for the sentry: %w", s.ID, r.MemoryBytes, errdefs.ErrInvalidArgument)
-	}
-	if r.DiskBytes != 0 && r.DiskBytes < minDiskBytes {
-		return fmt.Errorf("sandbox %q: disk cap %d is below %d MiB: %w", s.ID, r.DiskBytes, minDiskBytes>>20, errdefs.ErrInvalidArgument)
-	}
-	if r.CPUs != 0 && r.CPUs < 0.01 {
-		return fmt.Errorf("sandbox %q: %v CPUs is below 0.01: %w", s.ID, r.CPUs, errdefs.ErrInvalidArgument)
-	}
-	for _, kv := range s.Env {
-		if !strings.Contains(kv, "=") {
-			return fmt.Errorf("sandbox %q: env entry %q is not KEY=VALUE: %w", s.ID, kv, errdefs.ErrInvalidArgument)
-		}
-	}
-	return nil
-}
+// floors are the smallest limits a gVisor sandbox takes.
+var floors = oci.Floors{MemoryBytes: 64 << 20, MemoryWhy: "too small for the sentry", DiskBytes: minDiskBytes}
 
-// Stop kills sandbox id and removes all of it: runsc's container and
-// state, any process left in its cgroup, the cgroup, the network and the
-// bundle directory. It is idempotent. The bundle directory goes last and
-// only when the rest is gone, so a failed Stop can be retried and List
-// still reports the id.
+// Stop kills sandbox id and removes all of it (see oci.Runtime.StopWith):
+// runsc's container and state, the cgroup, the host overlay, the network
+// and the bundle. It is idempotent.
 func (b *Backend) Stop(ctx context.Context, id string) error {
 	if err := network.ValidateID(id); err != nil {
 		return err
 	}
-	defer b.locks.Lock(id)()
-	begin := time.Now()
+	defer b.Locks.Lock(id)()
 	// A runsc command of a daemon that died mid-Start (or mid-Stop) may
 	// still run on id; cleaning up under it would leave what it makes.
 	b.waitForeignRunsc(ctx, id)
-	dir := b.bundleDir(id)
-	_, statErr := os.Stat(dir)
-	owned := statErr == nil
-
-	var errs []error
-	if err := b.destroy(ctx, id); err != nil {
-		errs = append(errs, err)
-	}
-	// runsc removes the cgroup; this sweeps a crash's leftovers. Only
-	// when the bundle says the cgroup is ours: another backend root may
-	// run a sandbox of the same id.
-	if owned {
-		if err := oci.RemoveCgroup(cgroupsPath(b.cfg.CgroupParent, id)); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := unmountRootFS(dir); err != nil {
-		errs = append(errs, err)
-	}
-	if err := b.pool.Teardown(ctx, id); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) == 0 {
-		if err := oci.RemoveBundle(dir); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		b.log.Warn("stop incomplete", "sandbox", id, "op", "stop", "err", err)
-		return fmt.Errorf("sandbox %q: stop: %w", id, err)
-	}
-	if owned {
-		b.log.Info("sandbox stopped", "sandbox", id, "op", "stop", "took", time.Since(begin))
-	}
-	return nil
-}
-
-// runscContext returns the context for a runsc command that changes state:
-// not cancelled with ctx, since runsc killed halfway leaves a mess, but
-// bounded.
-func runscContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), runscTimeout)
-}
-
-// destroy kills and deletes runsc's container id; runsc also removes its
-// cgroup. A container runsc does not know is fine.
-func (b *Backend) destroy(ctx context.Context, id string) error {
-	rctx, cancel := runscContext(ctx)
-	defer cancel()
-	err := b.runsc.Delete(rctx, id, &runc.DeleteOpts{Force: true})
-	if err == nil {
-		return nil
-	}
-	// runsc's error does not say, in a form to rely on, whether the
-	// container existed; ask for the list instead.
-	ids, lerr := b.runscIDs(ctx)
-	if lerr == nil && !slices.Contains(ids, id) {
-		return b.removeRunscLeftovers(id)
-	}
-	return fmt.Errorf("runsc delete: %w", err)
+	return b.StopWith(ctx, id, unmountRootFS)
 }
 
 // removeRunscLeftovers removes what a runsc create cut short (killed with
@@ -480,7 +386,7 @@ func (b *Backend) destroy(ctx context.Context, id string) error {
 func (b *Backend) removeRunscLeftovers(id string) error {
 	var errs []error
 	for _, pattern := range []string{id + "_sandbox:*", "*_sandbox:" + id + ".*", "runsc-" + id + ".sock"} {
-		matches, err := filepath.Glob(filepath.Join(b.runsc.Root, pattern))
+		matches, err := filepath.Glob(filepath.Join(b.Cmd.Root, pattern))
 		if err != nil {
 			return err
 		}
@@ -493,57 +399,10 @@ func (b *Backend) removeRunscLeftovers(id string) error {
 	return errors.Join(errs...)
 }
 
-// runscIDs returns the ids of the containers in this backend's runsc root.
-func (b *Backend) runscIDs(ctx context.Context) ([]string, error) {
-	cs, err := b.runsc.List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("runsc list: %w", err)
-	}
-	ids := make([]string, 0, len(cs))
-	for _, c := range cs {
-		ids = append(ids, c.ID)
-	}
-	return ids, nil
-}
-
-// State reports the state of sandbox id from runsc. A sandbox whose runsc
-// container is gone but whose leftovers are not is stopped.
-func (b *Backend) State(ctx context.Context, id string) (backend.State, error) {
-	if err := network.ValidateID(id); err != nil {
-		return "", err
-	}
-	c, err := b.runsc.State(ctx, id)
-	if err == nil {
-		switch c.Status {
-		case "running":
-			return backend.StateRunning, nil
-		case "paused":
-			return backend.StatePaused, nil
-		default: // "created" (a Start cut short) or "stopped"
-			return backend.StateStopped, nil
-		}
-	}
-	// runsc failed. Only when it has no state for id at all is the
-	// sandbox known to be gone; any other failure (runsc killed, out of
-	// memory or descriptors, a timeout) is "could not tell", and the
-	// engine must keep the sandbox rather than kill it on a guess.
-	if known, kerr := b.runscKnows(id); kerr != nil || known {
-		return "", fmt.Errorf("sandbox %q: could not tell its state: %w", id, errors.Join(err, kerr))
-	}
-	held, herr := b.holds(ctx, id)
-	if herr != nil {
-		return "", fmt.Errorf("sandbox %q: state: %w", id, errors.Join(err, herr))
-	}
-	if held {
-		return backend.StateStopped, nil
-	}
-	return "", fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
-}
-
 // runscKnows reports whether runsc keeps state for sandbox id: its state
 // file, "<container>_sandbox:<sandbox>.state" in runsc's root.
 func (b *Backend) runscKnows(id string) (bool, error) {
-	_, err := os.Stat(filepath.Join(b.runsc.Root, id+"_sandbox:"+id+".state"))
+	_, err := os.Stat(filepath.Join(b.Cmd.Root, id+"_sandbox:"+id+".state"))
 	switch {
 	case err == nil:
 		return true, nil
@@ -551,57 +410,4 @@ func (b *Backend) runscKnows(id string) (bool, error) {
 		return false, nil
 	}
 	return false, err
-}
-
-// holds reports whether the backend has anything at all for id.
-func (b *Backend) holds(ctx context.Context, id string) (bool, error) {
-	if _, err := os.Stat(b.bundleDir(id)); err == nil {
-		return true, nil
-	}
-	if _, err := os.Stat(b.pool.NetNSPath(id)); err == nil {
-		return true, nil
-	}
-	if _, err := b.pool.Lookup(id); err == nil {
-		return true, nil
-	}
-	ids, err := b.runscIDs(ctx)
-	if err != nil {
-		return false, err
-	}
-	return slices.Contains(ids, id), nil
-}
-
-// List returns every id with a bundle directory, a runsc container or a
-// network leftover in this backend's Root.
-func (b *Backend) List(ctx context.Context) ([]string, error) {
-	set := map[string]bool{}
-	entries, err := os.ReadDir(b.sandboxes)
-	if err != nil {
-		return nil, fmt.Errorf("gvisor list: %w", err)
-	}
-	for _, e := range entries {
-		set[e.Name()] = true
-	}
-	ids, err := b.runscIDs(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("gvisor list: %w", err)
-	}
-	for _, id := range ids {
-		set[id] = true
-	}
-	ids, err = b.pool.List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("gvisor list: %w", err)
-	}
-	for _, id := range ids {
-		set[id] = true
-	}
-	out := make([]string, 0, len(set))
-	for id := range set {
-		if network.ValidateID(id) == nil {
-			out = append(out, id)
-		}
-	}
-	slices.Sort(out)
-	return out, nil
 }

@@ -108,7 +108,7 @@ func TestSandboxLifecycle(t *testing.T) {
 			"mknod /tmp/dev-marker c 1 3",
 			"ls -ln /tmp/suid-marker /home/user/uid-marker",
 		}, " && "))
-		dir := b.bundleDir(id)
+		dir := b.BundleDir(id)
 		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -163,7 +163,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		if after := hashTree(t, testRootFS); after != before {
 			t.Error("the shared root filesystem changed")
 		}
-		if entries, _ := os.ReadDir(filepath.Join(b.bundleDir(id), upperDir)); len(entries) != 0 {
+		if entries, _ := os.ReadDir(filepath.Join(b.BundleDir(id), upperDir)); len(entries) != 0 {
 			t.Errorf("the overlay filestore should be unlinked, found %d entries", len(entries))
 		}
 	})
@@ -492,7 +492,7 @@ func TestStartStopCycles(t *testing.T) {
 	for _, id := range ids {
 		assertNothingLeft(t, b, id)
 	}
-	entries, err := os.ReadDir(b.sandboxes)
+	entries, err := os.ReadDir(b.Sandboxes)
 	if err != nil || len(entries) != 0 {
 		t.Errorf("sandboxes dir holds %d entries (%v)", len(entries), err)
 	}
@@ -509,7 +509,7 @@ func TestRestartFindsSandboxes(t *testing.T) {
 
 	// A Start that crashed after making the network only.
 	partial := newID("partial")
-	if _, err := old.pool.Setup(ctx, partial, nil); err != nil {
+	if _, err := old.Pool.Setup(ctx, partial, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -632,7 +632,7 @@ func TestDiskCap(t *testing.T) {
 	if r.Exit == 0 || !strings.Contains(r.Output, "space") {
 		t.Errorf("128 MiB into the console: exit %d: %q; want ENOSPC", r.Exit, r.Output)
 	}
-	if fi, err := os.Stat(oci.ConsolePath(b.bundleDir(id))); err != nil || fi.Size() > oci.LogSize {
+	if fi, err := os.Stat(oci.ConsolePath(b.BundleDir(id))); err != nil || fi.Size() > oci.LogSize {
 		t.Errorf("console after the flood: %v, %v; want at most %d bytes", fi, err, oci.LogSize)
 	}
 	if drop := before - free(); drop > slack {
@@ -720,7 +720,7 @@ func TestStopsLegacyTmpMount(t *testing.T) {
 	b := newTestBackend(t)
 	id := newID("legacy")
 	startSandbox(t, b, testSpec(id))
-	tmp := filepath.Join(b.bundleDir(id), legacyTmpDir)
+	tmp := filepath.Join(b.BundleDir(id), legacyTmpDir)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -202,7 +202,7 @@ func startSandbox(tb testing.TB, b *Backend, spec *backend.Spec) *backend.Sandbo
 	tb.Cleanup(func() { b.Stop(context.Background(), spec.ID) })
 	if err := waitHealthy(sb.AgentAddr, 10*time.Second); err != nil {
 		tb.Fatalf("agent of %s at %s: %v\nconsole:\n%s", spec.ID, sb.AgentAddr, err,
-			oci.Tail(oci.ConsolePath(b.bundleDir(spec.ID)), 4096))
+			oci.Tail(oci.ConsolePath(b.BundleDir(spec.ID)), 4096))
 	}
 	return sb
 }
@@ -353,14 +353,14 @@ func assertNothingLeft(tb testing.TB, b *Backend, id string) {
 		}
 	}
 	// Network namespace, veth, lease.
-	if _, err := os.Lstat(b.pool.NetNSPath(id)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(b.Pool.NetNSPath(id)); !errors.Is(err, fs.ErrNotExist) {
 		tb.Errorf("netns of %s left: %v", id, err)
 	}
 	ifName := network.HostIfName(network.DefaultIfPrefix, b.cfg.Network.Dir, id)
 	if _, err := netlink.LinkByName(ifName); err == nil {
 		tb.Errorf("veth %s of %s left", ifName, id)
 	}
-	if _, err := b.pool.Lookup(id); err == nil {
+	if _, err := b.Pool.Lookup(id); err == nil {
 		tb.Errorf("network lease of %s left", id)
 	}
 	// Cgroups.
@@ -368,7 +368,7 @@ func assertNothingLeft(tb testing.TB, b *Backend, id string) {
 		tb.Errorf("cgroups of %s left: %v %v", id, dirs, err)
 	}
 	// runsc state.
-	ids, err := b.runscIDs(context.Background())
+	ids, err := b.IDs(context.Background())
 	if err != nil {
 		tb.Error(err)
 	}
@@ -382,7 +382,7 @@ func assertNothingLeft(tb testing.TB, b *Backend, id string) {
 		}
 	}
 	// Bundle.
-	if _, err := os.Lstat(b.bundleDir(id)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(b.BundleDir(id)); !errors.Is(err, fs.ErrNotExist) {
 		tb.Errorf("bundle dir of %s left: %v", id, err)
 	}
 	listed, err := b.List(context.Background())

@@ -66,11 +66,11 @@ func (f *foreignRunsc) take(command, root, id string) []foreignCmd {
 // runscTimeout, the bound this process puts on its own. The caller holds
 // id's lock.
 func (b *Backend) waitForeignRunsc(ctx context.Context, id string) {
-	cmds := b.foreign.take(b.runsc.Command, b.runsc.Root, id)
+	cmds := b.foreign.take(b.Cmd.Command, b.Cmd.Root, id)
 	if len(cmds) == 0 {
 		return
 	}
-	b.log.Info("waiting for an earlier process's runsc commands on the sandbox to end", "sandbox", id, "commands", len(cmds))
+	b.Log.Info("waiting for an earlier process's runsc commands on the sandbox to end", "sandbox", id, "commands", len(cmds))
 	deadline := time.Now().Add(runscTimeout)
 	for {
 		cmds = slices.DeleteFunc(cmds, func(c foreignCmd) bool { return !c.running() })
@@ -81,7 +81,7 @@ func (b *Backend) waitForeignRunsc(ctx context.Context, id string) {
 			for _, c := range cmds {
 				unix.Kill(c.pid, unix.SIGKILL)
 			}
-			b.log.Warn("killed an earlier process's runsc commands on the sandbox that did not end", "sandbox", id, "commands", len(cmds))
+			b.Log.Warn("killed an earlier process's runsc commands on the sandbox that did not end", "sandbox", id, "commands", len(cmds))
 			return
 		}
 		time.Sleep(orphanPoll)

@@ -98,7 +98,7 @@ func TestStopAfterKillDuringRunscCreate(t *testing.T) {
 			}
 			// Whatever the orphan does, it does it within runsc's bound.
 			testutil.WaitFor(t, runscTimeout, "the orphaned runsc to end", func() bool {
-				return len(runscCommands(b.runsc.Command, b.runsc.Root)[id]) == 0
+				return len(runscCommands(b.Cmd.Command, b.Cmd.Root)[id]) == 0
 			})
 			assertNothingLeft(t, b, id)
 		})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/lightbearco/tupper/backend/internal/oci"
 	"golang.org/x/sys/unix"
@@ -136,10 +135,4 @@ func unmountRootFS(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// overlayUnsafe reports whether path cannot be given to overlayfs as a
-// lower layer: its option syntax gives ',' ':' and '\' a meaning.
-func overlayUnsafe(path string) bool {
-	return strings.ContainsAny(path, ",:\\")
 }

@@ -3,11 +3,11 @@ package gvisor
 import (
 	"fmt"
 	"path"
-	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/internal/oci"
 )
 
 // AgentPath is where the agent binary appears inside every sandbox.
@@ -128,7 +128,7 @@ var capabilities = []string{
 func buildSpec(in specInput) *specs.Spec {
 	s := in.Spec
 	env := append([]string(nil), s.Env...)
-	if !hasEnv(env, "PATH") {
+	if !oci.HasEnv(env, "PATH") {
 		env = append(env, defaultPath)
 	}
 	hostname := s.Hostname
@@ -205,15 +205,6 @@ func buildSpec(in specInput) *specs.Spec {
 			},
 		},
 	}
-}
-
-func hasEnv(env []string, key string) bool {
-	for _, kv := range env {
-		if k, _, ok := strings.Cut(kv, "="); ok && k == key {
-			return true
-		}
-	}
-	return false
 }
 
 // cgroupsPath returns the cgroup of sandbox id, absolute in each hierarchy.

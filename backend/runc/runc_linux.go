@@ -8,14 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	gorunc "github.com/containerd/go-runc"
@@ -24,7 +21,6 @@ import (
 	"github.com/lightbearco/tupper/backend/internal/oci"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/internal/cleanup"
-	"github.com/lightbearco/tupper/netpolicy"
 	"github.com/lightbearco/tupper/network"
 )
 
@@ -40,32 +36,22 @@ var (
 const (
 	// cleanupTimeout bounds the undo of a failed Start.
 	cleanupTimeout = 30 * time.Second
-	// runcTimeout bounds one runc command that changes state.
-	runcTimeout = time.Minute
-	// minDiskBytes is the smallest disk cap: the agent's first writes
-	// and ext4's own metadata must fit.
-	minDiskBytes = 32 << 20
 )
 
 // Files in a sandbox's bundle directory.
 const (
 	specFile   = "config.json"
 	recordFile = "sandbox.json"
-	pidFile    = "pid"
 )
 
 // Backend runs sandboxes with runc. It is safe for concurrent use; calls for
-// one id are serialized.
+// one id are serialized. What runc does as runsc does (state, list, stop,
+// pause, stats, network) is oci.Runtime's.
 type Backend struct {
+	*oci.Runtime
 	cfg       Config
-	log       *slog.Logger
-	runc      *gorunc.Runc
-	pool      *network.Pool
-	egress    *network.Egress
-	sandboxes string
 	roots     string
 	limitSwap bool
-	locks     oci.IDLocks
 }
 
 // New makes a Backend from cfg: it fills in defaults, finds runc and makes
@@ -102,25 +88,59 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runc backend: %w", err)
 	}
-	return &Backend{
-		cfg: cfg,
-		log: cfg.Logger.With("backend", "runc"),
-		runc: &gorunc.Runc{
+	b := &Backend{cfg: cfg, roots: roots, limitSwap: oci.SwapLimitable()}
+	b.Runtime = &oci.Runtime{
+		Name: "runc",
+		Cmd: &gorunc.Runc{
 			Command: cfg.RuncPath,
 			Root:    stateDir,
 			// A signal to the daemon's process group must not hit runc
 			// halfway through a command.
 			Setpgid: true,
 		},
-		pool:      pool,
-		egress:    egress,
-		sandboxes: sandboxes,
-		roots:     roots,
-		limitSwap: oci.SwapLimitable(),
-	}, nil
+		Sandboxes:    sandboxes,
+		CgroupParent: cfg.CgroupParent,
+		Pool:         pool,
+		Egress:       egress,
+		Log:          cfg.Logger.With("backend", "runc"),
+		Knows:        b.runcKnows,
+		Leftovers:    b.runcLeftovers,
+		MemoryLimit:  b.memoryLimit,
+	}
+	return b, nil
 }
 
-func (b *Backend) bundleDir(id string) string { return filepath.Join(b.sandboxes, id) }
+// runcKnows reports whether runc keeps state for container id: its state
+// directory under runc's root.
+func (b *Backend) runcKnows(id string) (bool, error) {
+	_, err := os.Stat(filepath.Join(b.Cmd.Root, id, "state.json"))
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return false, err
+}
+
+// runcLeftovers removes what a runc create cut short leaves: its state
+// directory.
+func (b *Backend) runcLeftovers(id string) error {
+	return os.RemoveAll(filepath.Join(b.Cmd.Root, id))
+}
+
+// memoryLimit is the memory limit sandbox id was started with.
+func (b *Backend) memoryLimit(id string) uint64 {
+	data, err := os.ReadFile(filepath.Join(b.BundleDir(id), recordFile))
+	if err != nil {
+		return 0
+	}
+	var r record
+	if json.Unmarshal(data, &r) != nil {
+		return 0
+	}
+	return uint64(r.Limits.MemoryBytes)
+}
 
 // rootPath is where sandbox id's root is mounted: under the run directory
 // of this backend's Root (see mountRoot).
@@ -141,12 +161,12 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	if spec == nil {
 		return nil, fmt.Errorf("runc start: nil spec: %w", errdefs.ErrInvalidArgument)
 	}
-	if err := validateSpec(spec); err != nil {
+	if err := oci.ValidateSpec(spec, floors); err != nil {
 		return nil, err
 	}
 	id := spec.ID
-	defer b.locks.Lock(id)()
-	log := b.log.With("sandbox", id, "op", "start")
+	defer b.Locks.Lock(id)()
+	log := b.Log.With("sandbox", id, "op", "start")
 	begin := time.Now()
 	var undo cleanup.Stack
 	defer func() {
@@ -163,8 +183,8 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	}
 
-	dir := b.bundleDir(id)
-	cgPath := cgroupsPath(b.cfg.CgroupParent, id)
+	dir := b.BundleDir(id)
+	cgPath := b.CgroupsPath(id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrAlreadyExists)
@@ -180,14 +200,14 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
 
-	ep, err := b.pool.Setup(ctx, id, spec.Network)
+	ep, err := b.Pool.Setup(ctx, id, spec.Network)
 	if err != nil {
 		return nil, err
 	}
 	undo.Add(func() error {
 		c, cancel := cleanupCtx()
 		defer cancel()
-		return b.pool.Teardown(c, id)
+		return b.Pool.Teardown(c, id)
 	})
 	hostBase, err := b.hostIDBase(ep.SandboxAddr)
 	if err != nil {
@@ -207,7 +227,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	}
 
 	ociSpec := buildSpec(specInput{
-		Spec:        withNetwork(spec, ep, b.egress),
+		Spec:        b.WithNetwork(spec, ep),
 		RootPath:    rootfs,
 		Limits:      lim,
 		NetNSPath:   ep.NetNSPath,
@@ -226,22 +246,21 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	undo.Add(func() error {
 		c, cancel := cleanupCtx()
 		defer cancel()
-		return errors.Join(b.destroy(c, id), oci.RemoveCgroup(cgPath))
+		return errors.Join(b.Destroy(c, id), oci.RemoveCgroup(cgPath))
 	})
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sandbox %q: before runc create: %w", id, context.Cause(ctx))
 	}
-	// runc commands are not cut short by ctx: one killed halfway leaves
-	// state that runc itself no longer knows.
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), runcTimeout)
+	// runc commands are not cut short by ctx (see oci.Context).
+	rctx, rcancel := oci.Context(ctx)
 	defer rcancel()
-	if err := b.runc.Create(rctx, id, dir, &gorunc.CreateOpts{IO: oci.FileIO{F: console}, PidFile: filepath.Join(dir, pidFile)}); err != nil {
+	if err := b.Cmd.Create(rctx, id, dir, &gorunc.CreateOpts{IO: oci.FileIO{F: console}, PidFile: filepath.Join(dir, oci.PidFile)}); err != nil {
 		return nil, fmt.Errorf("sandbox %q: runc create: %w: %s", id, err, oci.Tail(oci.ConsolePath(dir), 2048))
 	}
-	if err := b.runc.Start(rctx, id); err != nil {
+	if err := b.Cmd.Start(rctx, id); err != nil {
 		return nil, fmt.Errorf("sandbox %q: runc start: %w: %s", id, err, oci.Tail(oci.ConsolePath(dir), 2048))
 	}
-	pid, err := oci.ReadPid(filepath.Join(dir, pidFile))
+	pid, err := oci.ReadPid(filepath.Join(dir, oci.PidFile))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
@@ -273,300 +292,16 @@ func (b *Backend) hostIDBase(addr netip.Prefix) (uint32, error) {
 	return idBase + slot*idCount, nil
 }
 
-// withNetwork returns spec with what the agent needs to know of the
-// sandbox's network (see backend.EnvNameserver).
-func withNetwork(spec *backend.Spec, ep *network.Endpoint, egress *network.Egress) *backend.Spec {
-	out := *spec
-	out.Env = append(slices.Clone(spec.Env),
-		backend.EnvNameserver+"="+ep.HostAddr.Addr().String(),
-		backend.EnvSandboxAddr+"="+ep.SandboxAddr.Addr().String())
-	if egress != nil {
-		out.Env = append(out.Env, backend.EnvTrustCA+"="+string(egress.CACertPEM()))
-	}
-	return &out
-}
+// floors are the smallest limits a runc sandbox takes: the agent's first
+// writes and ext4's own metadata must fit the disk.
+var floors = oci.Floors{MemoryBytes: 16 << 20, MemoryWhy: "too small for the agent", DiskBytes: 32 << 20, Pids: 16}
 
-// validateSpec checks spec before anything is made.
-func validateSpec(s *backend.Spec) error {
-	if err := network.ValidateID(s.ID); err != nil {
-		return err
-	}
-	if !filepath.IsAbs(s.RootFS) || strings.ContainsAny(s.RootFS, ",:\\") {
-		return fmt.Errorf("sandbox %q: RootFS %q must be absolute, without ',', ':' or '\\': %w", s.ID, s.RootFS, errdefs.ErrInvalidArgument)
-	}
-	if fi, err := os.Stat(s.RootFS); err != nil {
-		return fmt.Errorf("sandbox %q: RootFS: %w: %w", s.ID, errdefs.ErrNotFound, err)
-	} else if !fi.IsDir() {
-		return fmt.Errorf("sandbox %q: RootFS %s is not a directory: %w", s.ID, s.RootFS, errdefs.ErrInvalidArgument)
-	}
-	if !filepath.IsAbs(s.Agent.Path) {
-		return fmt.Errorf("sandbox %q: agent path %q must be absolute: %w", s.ID, s.Agent.Path, errdefs.ErrInvalidArgument)
-	}
-	if fi, err := os.Stat(s.Agent.Path); err != nil {
-		return fmt.Errorf("sandbox %q: agent: %w: %w", s.ID, errdefs.ErrNotFound, err)
-	} else if !fi.Mode().IsRegular() {
-		return fmt.Errorf("sandbox %q: agent %s is not a regular file: %w", s.ID, s.Agent.Path, errdefs.ErrInvalidArgument)
-	}
-	r := s.Resources
-	switch {
-	case r.CPUs < 0 || r.MemoryBytes < 0 || r.Pids < 0 || r.DiskBytes < 0:
-		return fmt.Errorf("sandbox %q: negative resources %+v: %w", s.ID, r, errdefs.ErrInvalidArgument)
-	case r.MemoryBytes != 0 && r.MemoryBytes < 16<<20:
-		return fmt.Errorf("sandbox %q: memory limit %d is below 16 MiB: %w", s.ID, r.MemoryBytes, errdefs.ErrInvalidArgument)
-	case r.DiskBytes != 0 && r.DiskBytes < minDiskBytes:
-		return fmt.Errorf("sandbox %q: disk cap %d is below %d MiB: %w", s.ID, r.DiskBytes, minDiskBytes>>20, errdefs.ErrInvalidArgument)
-	case r.CPUs != 0 && r.CPUs < 0.01:
-		return fmt.Errorf("sandbox %q: %v CPUs is below 0.01: %w", s.ID, r.CPUs, errdefs.ErrInvalidArgument)
-	case r.Pids != 0 && r.Pids < 16:
-		return fmt.Errorf("sandbox %q: a limit of %d tasks is below 16: %w", s.ID, r.Pids, errdefs.ErrInvalidArgument)
-	}
-	for _, kv := range s.Env {
-		if !strings.Contains(kv, "=") || strings.ContainsRune(kv, 0) {
-			return fmt.Errorf("sandbox %q: env entry %q is not KEY=VALUE: %w", s.ID, kv, errdefs.ErrInvalidArgument)
-		}
-	}
-	return nil
-}
-
-// Stop kills sandbox id and removes all of it. It is idempotent; the
-// bundle directory goes last and only when the rest is gone.
+// Stop kills sandbox id and removes all of it (see oci.Runtime.StopWith).
+// It is idempotent.
 func (b *Backend) Stop(ctx context.Context, id string) error {
 	if err := network.ValidateID(id); err != nil {
 		return err
 	}
-	defer b.locks.Lock(id)()
-	begin := time.Now()
-	dir := b.bundleDir(id)
-	_, statErr := os.Stat(dir)
-	owned := statErr == nil
-	var errs []error
-	if err := b.destroy(ctx, id); err != nil {
-		errs = append(errs, err)
-	}
-	if owned {
-		if err := oci.RemoveCgroup(cgroupsPath(b.cfg.CgroupParent, id)); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := unmountAll(dir, b.rootPath(id)); err != nil {
-		errs = append(errs, err)
-	}
-	if err := b.pool.Teardown(ctx, id); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) == 0 {
-		if err := oci.RemoveBundle(dir); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		b.log.Warn("stop incomplete", "sandbox", id, "op", "stop", "err", err)
-		return fmt.Errorf("sandbox %q: stop: %w", id, err)
-	}
-	if owned {
-		b.log.Info("sandbox stopped", "sandbox", id, "op", "stop", "took", time.Since(begin))
-	}
-	return nil
-}
-
-// destroy kills and deletes runc's container id. A container runc does not
-// know is fine.
-func (b *Backend) destroy(ctx context.Context, id string) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runcTimeout)
-	defer cancel()
-	err := b.runc.Delete(rctx, id, &gorunc.DeleteOpts{Force: true})
-	if err == nil {
-		return nil
-	}
-	ids, lerr := b.runcIDs(ctx)
-	if lerr == nil && !slices.Contains(ids, id) {
-		// runc's own leftover of a create cut short: its state dir.
-		return os.RemoveAll(filepath.Join(b.runc.Root, id))
-	}
-	return fmt.Errorf("runc delete: %w", err)
-}
-
-// runcIDs returns the ids of the containers in this backend's runc root.
-func (b *Backend) runcIDs(ctx context.Context) ([]string, error) {
-	cs, err := b.runc.List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("runc list: %w", err)
-	}
-	ids := make([]string, 0, len(cs))
-	for _, c := range cs {
-		ids = append(ids, c.ID)
-	}
-	return ids, nil
-}
-
-// State reports the state of sandbox id from runc.
-func (b *Backend) State(ctx context.Context, id string) (backend.State, error) {
-	if err := network.ValidateID(id); err != nil {
-		return "", err
-	}
-	c, err := b.runc.State(ctx, id)
-	if err == nil {
-		switch c.Status {
-		case "running":
-			return backend.StateRunning, nil
-		case "paused":
-			return backend.StatePaused, nil
-		default:
-			return backend.StateStopped, nil
-		}
-	}
-	// Only when runc keeps no state for id is the sandbox known to be
-	// gone; any other failure is "could not tell".
-	if _, serr := os.Stat(filepath.Join(b.runc.Root, id, "state.json")); serr == nil || !errors.Is(serr, fs.ErrNotExist) {
-		return "", fmt.Errorf("sandbox %q: could not tell its state: %w", id, errors.Join(err, serr))
-	}
-	if b.holds(id) {
-		return backend.StateStopped, nil
-	}
-	return "", fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
-}
-
-// holds reports whether the backend has anything for id.
-func (b *Backend) holds(id string) bool {
-	for _, p := range []string{b.bundleDir(id), b.pool.NetNSPath(id), filepath.Join(b.runc.Root, id)} {
-		if _, err := os.Stat(p); err == nil {
-			return true
-		}
-	}
-	_, err := b.pool.Lookup(id)
-	return err == nil
-}
-
-// List returns every id with a bundle, a runc container or a network
-// leftover in this backend's Root.
-func (b *Backend) List(ctx context.Context) ([]string, error) {
-	set := map[string]bool{}
-	entries, err := os.ReadDir(b.sandboxes)
-	if err != nil {
-		return nil, fmt.Errorf("runc list: %w", err)
-	}
-	for _, e := range entries {
-		set[e.Name()] = true
-	}
-	ids, err := b.runcIDs(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("runc backend list: %w", err)
-	}
-	more, err := b.pool.List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("runc backend list: %w", err)
-	}
-	for _, id := range append(ids, more...) {
-		set[id] = true
-	}
-	out := make([]string, 0, len(set))
-	for id := range set {
-		if network.ValidateID(id) == nil {
-			out = append(out, id)
-		}
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
-// Pause freezes sandbox id.
-func (b *Backend) Pause(ctx context.Context, id string) error {
-	return b.transition(ctx, id, "pause", backend.StateRunning, b.runc.Pause)
-}
-
-// Resume thaws sandbox id.
-func (b *Backend) Resume(ctx context.Context, id string) error {
-	return b.transition(ctx, id, "resume", backend.StatePaused, b.runc.Resume)
-}
-
-func (b *Backend) transition(ctx context.Context, id, op string, from backend.State, do func(context.Context, string) error) error {
-	if err := network.ValidateID(id); err != nil {
-		return err
-	}
-	defer b.locks.Lock(id)()
-	st, err := b.State(ctx, id)
-	if err != nil {
-		return err
-	}
-	if st != from {
-		return fmt.Errorf("sandbox %q: %s: sandbox is %s: %w", id, op, st, errdefs.ErrFailedPrecondition)
-	}
-	if err := do(ctx, id); err != nil {
-		return fmt.Errorf("sandbox %q: runc %s: %w", id, op, err)
-	}
-	return nil
-}
-
-// Stats reports sandbox id's resource use from its cgroup, as runc events
-// --stats reads it.
-func (b *Backend) Stats(ctx context.Context, id string) (*backend.Stats, error) {
-	st, err := b.State(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if st != backend.StateRunning {
-		return nil, fmt.Errorf("sandbox %q: stats: sandbox is %s: %w", id, st, errdefs.ErrFailedPrecondition)
-	}
-	s, err := b.runc.Stats(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: runc events: %w", id, err)
-	}
-	out := &backend.Stats{CPUUsageNanos: s.Cpu.Usage.Total, MemoryUsageBytes: s.Memory.Usage.Usage, Pids: s.Pids.Current}
-	if rec, err := b.readRecord(id); err == nil {
-		out.MemoryLimitBytes = uint64(rec.Limits.MemoryBytes)
-	}
-	return out, nil
-}
-
-func (b *Backend) readRecord(id string) (*record, error) {
-	data, err := os.ReadFile(filepath.Join(b.bundleDir(id), recordFile))
-	if err != nil {
-		return nil, err
-	}
-	var r record
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
-// Wait implements backend.Waiter: it blocks until the sandbox's first
-// process (the agent) exits.
-func (b *Backend) Wait(ctx context.Context, id string) error {
-	if err := network.ValidateID(id); err != nil {
-		return err
-	}
-	pid, err := oci.ReadPid(filepath.Join(b.bundleDir(id), pidFile))
-	if err != nil {
-		return fmt.Errorf("sandbox %q: wait: %w: %v", id, errdefs.ErrNotFound, err)
-	}
-	return oci.WaitProcess(ctx, pid, id)
-}
-
-// Close stops the backend's egress services. Sandboxes keep running.
-func (b *Backend) Close() error {
-	if b.egress == nil {
-		return nil
-	}
-	return b.egress.Close()
-}
-
-// UpdateNetwork implements backend.NetworkUpdater.
-func (b *Backend) UpdateNetwork(ctx context.Context, id string, policy *netpolicy.Policy) error {
-	if err := network.ValidateID(id); err != nil {
-		return err
-	}
-	defer b.locks.Lock(id)()
-	return b.pool.UpdatePolicy(ctx, id, policy)
-}
-
-// NetworkDenials implements backend.NetworkObserver.
-func (b *Backend) NetworkDenials(ctx context.Context, id string) ([]netpolicy.Denial, error) {
-	if err := network.ValidateID(id); err != nil {
-		return nil, err
-	}
-	if _, err := b.pool.Lookup(id); err != nil {
-		return nil, err
-	}
-	return b.pool.Denials(id), nil
+	defer b.Locks.Lock(id)()
+	return b.StopWith(ctx, id, func(dir string) error { return unmountAll(dir, b.rootPath(id)) })
 }

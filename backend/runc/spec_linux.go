@@ -2,14 +2,13 @@ package runc
 
 import (
 	"fmt"
-	"path"
 	"runtime"
-	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/internal/oci"
 )
 
 // AgentPath is where the agent binary appears inside every sandbox.
@@ -100,7 +99,7 @@ type specInput struct {
 func buildSpec(in specInput) *specs.Spec {
 	s := in.Spec
 	env := append([]string(nil), s.Env...)
-	if !hasEnv(env, "PATH") {
+	if !oci.HasEnv(env, "PATH") {
 		env = append(env, defaultPath)
 	}
 	hostname := s.Hostname
@@ -180,20 +179,6 @@ func buildSpec(in specInput) *specs.Spec {
 			Seccomp:       seccompProfile(runtime.GOARCH),
 		},
 	}
-}
-
-func hasEnv(env []string, key string) bool {
-	for _, kv := range env {
-		if k, _, ok := strings.Cut(kv, "="); ok && k == key {
-			return true
-		}
-	}
-	return false
-}
-
-// cgroupsPath returns the cgroup of sandbox id, absolute in each hierarchy.
-func cgroupsPath(parent, id string) string {
-	return path.Join("/", parent, id)
 }
 
 // capped is the rlimit res at soft and hard, lowered to the hard limit of
