@@ -1,0 +1,913 @@
+package firecracker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/internal/oci"
+	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/cleanup"
+	"github.com/lightbearco/tupper/network"
+)
+
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Dialer  = (*Backend)(nil)
+	_ backend.Waiter  = (*Backend)(nil)
+	_ backend.Pauser  = (*Backend)(nil)
+)
+
+const (
+	// cleanupTimeout bounds the undo of a failed Start, which runs even
+	// when the Start's ctx is done.
+	cleanupTimeout = 30 * time.Second
+	// apiTimeout bounds one API call that changes the microVM's state.
+	apiTimeout = 30 * time.Second
+	// stateTimeout bounds the API call of State.
+	stateTimeout = 5 * time.Second
+	// stopGrace is how long Stop lets what is left in the VMM's cgroup,
+	// once the VMM is killed, end on its own before it is killed too.
+	stopGrace = 30 * time.Second
+)
+
+// Files in a sandbox's directory.
+const (
+	recordFile  = "sandbox.json"
+	pidFile     = "pid"
+	consoleFile = "console.log"
+	stagingDir  = "rw.staging"
+)
+
+// Backend runs sandboxes as Firecracker microVMs. It is safe for concurrent
+// use; calls for one id are serialized.
+type Backend struct {
+	cfg         Config
+	log         *slog.Logger
+	firecracker string
+	jailer      string // empty with NoJailer
+	mkfs        string
+	kernel      string // the vmlinux
+	modules     []kernelModule
+	cgroups     cgroupHost
+	sandboxes   string
+	cache       string
+	chrootBase  string
+	uids        uidLeases
+	locks       oci.IDLocks
+
+	// cacheMu serializes the making of cached files by this process;
+	// lockFile keeps other processes out.
+	cacheMu sync.Mutex
+	// agentSums caches agent binaries' hashes by path, size and time.
+	sumMu     sync.Mutex
+	agentSums map[string]string
+
+	// failAt, when set by a test, makes Start fail right after the step
+	// it names, to check that the undo leaves nothing behind.
+	failAt string
+}
+
+// New makes a Backend from cfg: it fills in defaults, finds Firecracker,
+// the jailer, mkfs.ext4 and the guest kernel, reads the kernel's modules,
+// and makes the directories under cfg.Root. It fails with
+// errdefs.ErrInvalidArgument for a bad cfg and errdefs.ErrUnavailable when
+// something it needs is missing.
+func New(cfg Config) (*Backend, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	b := &Backend{
+		cfg:        cfg,
+		log:        cfg.Logger.With("backend", "firecracker"),
+		sandboxes:  filepath.Join(cfg.Root, "sandboxes"),
+		cache:      filepath.Join(cfg.Root, "cache"),
+		chrootBase: filepath.Join(cfg.Root, "jail"),
+		agentSums:  map[string]string{},
+	}
+	var err error
+	if cfg.FirecrackerPath != "" {
+		b.firecracker, err = checkExecutable("firecracker", cfg.FirecrackerPath)
+	} else {
+		b.firecracker, err = FindFirecracker()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.NoJailer {
+		if cfg.JailerPath != "" {
+			b.jailer, err = checkExecutable("jailer", cfg.JailerPath)
+		} else {
+			b.jailer, err = FindJailer()
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !strings.Contains(filepath.Base(b.firecracker), "firecracker") {
+			return nil, fmt.Errorf("firecracker %s: the jailer runs only a file whose name holds \"firecracker\": %w", b.firecracker, errdefs.ErrInvalidArgument)
+		}
+	}
+	if b.mkfs, err = exec.LookPath("mkfs.ext4"); err != nil {
+		return nil, fmt.Errorf("mkfs.ext4 (e2fsprogs): %w: %w", errdefs.ErrUnavailable, err)
+	}
+	b.kernel = filepath.Join(cfg.KernelDir, kernelName)
+	if fi, err := os.Stat(b.kernel); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("guest kernel %s: %w (see guest-kernel.sh in backend/firecracker)", b.kernel, errdefs.ErrUnavailable)
+	}
+	if b.modules, err = readModules(filepath.Join(cfg.KernelDir, "modules")); err != nil {
+		return nil, fmt.Errorf("guest kernel: %w: %w", errdefs.ErrUnavailable, err)
+	}
+	if b.cgroups, err = findCgroups(); err != nil {
+		return nil, fmt.Errorf("firecracker: %w: %w", errdefs.ErrUnavailable, err)
+	}
+	b.uids = uidLeases{dir: filepath.Join(cfg.Root, "uids"), base: cfg.JailerUIDBase, count: cfg.JailerUIDs}
+	for _, d := range []string{cfg.Root, b.sandboxes, b.cache, b.chrootBase, b.uids.dir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("firecracker: %w", err)
+		}
+	}
+	return b, nil
+}
+
+func (b *Backend) sandboxDir(id string) string { return filepath.Join(b.sandboxes, id) }
+
+// jailDir is what the jailer makes for sandbox id: <chroot base>/<exec
+// name>/<id>, whose root/ is the chroot.
+func (b *Backend) jailDir(id string) string {
+	return filepath.Dir(chrootRoot(b.chrootBase, b.firecracker, id))
+}
+
+// vmRoot is the directory that holds the VMM's files of sandbox id on the
+// host: the chroot with the jailer, else the sandbox's directory.
+func (b *Backend) vmRoot(id string) string {
+	if b.jailer != "" {
+		return chrootRoot(b.chrootBase, b.firecracker, id)
+	}
+	return b.sandboxDir(id)
+}
+
+func (b *Backend) apiSockPath(id string) string {
+	if b.jailer != "" {
+		return filepath.Join(b.vmRoot(id), strings.TrimPrefix(jailAPISock, "/"))
+	}
+	return filepath.Join(b.sandboxDir(id), apiSockName)
+}
+
+func (b *Backend) vsockPath(id string) string { return filepath.Join(b.vmRoot(id), vsockName) }
+
+// guestPath is how the VMM of sandbox id names the file name in its root.
+func (b *Backend) guestPath(id, name string) string {
+	if b.jailer != "" {
+		return "/" + name
+	}
+	return filepath.Join(b.sandboxDir(id), name)
+}
+
+// record is what the backend keeps about a running sandbox, in
+// <sandbox dir>/sandbox.json.
+type record struct {
+	backend.Sandbox
+	Jailed    bool              `json:"jailed,omitempty"`
+	UID       int               `json:"uid,omitempty"`
+	VCPUs     int               `json:"vcpus"`
+	MemoryMiB int64             `json:"memoryMiB"`
+	DiskBytes int64             `json:"diskBytes"`
+	ImageKey  string            `json:"imageKey"`
+	Labels    map[string]string `json:"labels,omitempty"`
+}
+
+// limits are a sandbox's resources with the defaults filled in.
+type limits struct {
+	CPUs        float64
+	MemoryBytes int64
+	Pids        int64
+	DiskBytes   int64
+}
+
+func (b *Backend) resolve(r backend.Resources) limits {
+	l := limits{CPUs: r.CPUs, MemoryBytes: r.MemoryBytes, Pids: r.Pids, DiskBytes: r.DiskBytes}
+	if l.CPUs == 0 {
+		l.CPUs = b.cfg.DefaultCPUs
+	}
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = b.cfg.DefaultMemoryBytes
+	}
+	if l.Pids == 0 {
+		l.Pids = b.cfg.DefaultPids
+	}
+	if l.DiskBytes == 0 {
+		l.DiskBytes = b.cfg.DefaultDiskBytes
+	}
+	return l
+}
+
+// vcpus is the microVM's vCPU count for a quota of cpus cores: enough
+// vCPUs to use the quota, which the VMM's cgroup then holds.
+func vcpus(cpus float64) int { return min(max(int(math.Ceil(cpus)), 1), maxVCPUs) }
+
+// memMiB is the microVM's memory size in MiB, rounded up.
+func memMiB(bytes int64) int64 { return (bytes + 1<<20 - 1) >> 20 }
+
+// bootArgs is the guest kernel's command line.
+func (b *Backend) bootArgs() string {
+	args := "console=ttyS0 reboot=k panic=1 pci=off quiet rdinit=" + initPath
+	if b.cfg.BootArgs != "" {
+		args += " " + b.cfg.BootArgs
+	}
+	return args
+}
+
+// agentArgs are the agent's arguments in the guest: the spec's, and the
+// vsock ports the host reaches it on.
+func agentArgs(spec *backend.Spec) []string {
+	return append(slices.Clone(spec.Agent.Args),
+		"--vsock-port", strconv.Itoa(AgentVsockPort),
+		"--vsock-forward-port", strconv.Itoa(ForwardVsockPort))
+}
+
+// Start boots spec as described by backend.Backend. Its steps: claim the
+// sandbox directory; make (or find in the cache) the initramfs and the
+// image disk; make the writable disk; with the jailer, lease a uid and
+// fill the chroot; without, make the VMM's cgroup; start the VMM, wait for
+// its API socket, configure the microVM and start it. A failure undoes the
+// steps done, in reverse. ctx bounds the making of disks and the wait for
+// the socket; the API calls that follow run to their end (each bounded by
+// apiTimeout), as a VMM left half configured is harder to clean than a
+// Start that took a little longer.
+func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.Sandbox, retErr error) {
+	if spec == nil {
+		return nil, fmt.Errorf("firecracker start: nil spec: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := validateSpec(spec); err != nil {
+		return nil, err
+	}
+	id := spec.ID
+	defer b.locks.Lock(id)()
+	log := b.log.With("sandbox", id, "op", "start")
+	begin := time.Now()
+
+	var undo cleanup.Stack
+	defer func() {
+		if retErr == nil {
+			return
+		}
+		if err := undo.Run(); err != nil {
+			log.Error("undo of a failed start left something behind", "err", err)
+			retErr = errors.Join(retErr, fmt.Errorf("cleanup: %w", err))
+		}
+		log.Info("start failed", "err", retErr, "took", time.Since(begin))
+	}()
+	step := func(name string, since time.Time) error {
+		log.Debug("step done", "step", name, "took", time.Since(since))
+		if b.failAt == name {
+			return fmt.Errorf("sandbox %q: injected failure after step %s", id, name)
+		}
+		return nil
+	}
+
+	// Claim: the sandbox directory marks the id as this backend's.
+	t := time.Now()
+	dir := b.sandboxDir(id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrAlreadyExists)
+		}
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	undo.Add(func() error { return os.RemoveAll(dir) })
+	for _, leftover := range []string{b.jailDir(id)} {
+		if _, err := os.Lstat(leftover); err == nil {
+			return nil, fmt.Errorf("sandbox %q: %s is left from an earlier one; Stop it first: %w", id, leftover, errdefs.ErrAlreadyExists)
+		}
+	}
+	if dirs, err := oci.CgroupDirs(cgroupRel(b.cfg.CgroupParent, id)); err != nil || len(dirs) > 0 {
+		return nil, fmt.Errorf("sandbox %q: cgroup %s in use (%v): %w", id, cgroupRel(b.cfg.CgroupParent, id), err, errdefs.ErrAlreadyExists)
+	}
+	if err := step("claim", t); err != nil {
+		return nil, err
+	}
+
+	// The cached parts: initramfs and image disk.
+	t = time.Now()
+	initramfs, err := b.initramfs(ctx, spec.Agent.Path)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	if err := step("initramfs", t); err != nil {
+		return nil, err
+	}
+	t = time.Now()
+	key, baseDisk, err := b.baseDisk(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	if err := step("image disk", t); err != nil {
+		return nil, err
+	}
+
+	// The VMM's root: the chroot, with the jailer.
+	t = time.Now()
+	lim := b.resolve(spec.Resources)
+	root := b.vmRoot(id)
+	uid, gid := os.Getuid(), os.Getgid()
+	if b.jailer != "" {
+		if uid, err = b.uids.claim(id); err != nil {
+			return nil, fmt.Errorf("sandbox %q: %w", id, err)
+		}
+		gid = uid
+		undo.Add(func() error { return b.uids.release(id) })
+		undo.Add(func() error { return oci.RemoveBundle(b.jailDir(id)) })
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			return nil, fmt.Errorf("sandbox %q: %w", id, err)
+		}
+		for name, src := range map[string]string{kernelName: b.kernel, initramfsName: initramfs, baseDiskName: baseDisk} {
+			if err := linkOrCopy(src, filepath.Join(root, name)); err != nil {
+				return nil, fmt.Errorf("sandbox %q: chroot: %w", id, err)
+			}
+		}
+		if err := step("chroot", t); err != nil {
+			return nil, err
+		}
+	}
+
+	// The writable disk, with the boot configuration.
+	t = time.Now()
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = id
+	}
+	rwDisk := filepath.Join(root, rwDiskName)
+	boot := &bootConfig{Hostname: hostname, Env: spec.Env, Args: agentArgs(spec), Pids: lim.Pids}
+	if err := makeRWDisk(ctx, b.mkfs, rwDisk, filepath.Join(dir, stagingDir), lim.DiskBytes, boot); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	if err := os.Chown(rwDisk, uid, gid); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	if err := step("writable disk", t); err != nil {
+		return nil, err
+	}
+
+	// The VMM, in its cgroup.
+	t = time.Now()
+	cgRel := cgroupRel(b.cfg.CgroupParent, id)
+	vmmLim := vmmLimits(b.cgroups.Version, lim.CPUs, lim.MemoryBytes)
+	undo.Add(func() error { return oci.RemoveCgroup(cgRel) })
+	var cgDirs []string
+	if b.jailer == "" {
+		if cgDirs, err = makeVMMCgroup(b.cgroups, cgRel, vmmLim); err != nil {
+			return nil, fmt.Errorf("sandbox %q: %w", id, err)
+		}
+	}
+	if err := step("cgroup", t); err != nil {
+		return nil, err
+	}
+	t = time.Now()
+	var argv []string
+	if b.jailer != "" {
+		argv = jailerArgs(jailerSpec{
+			Jailer: b.jailer, Firecracker: b.firecracker, ID: id, UID: uid, GID: gid,
+			ChrootBase: b.chrootBase, CgroupVersion: b.cgroups.Version, CgroupParent: b.cfg.CgroupParent, Limits: vmmLim,
+		})
+	} else {
+		argv = firecrackerArgs(b.firecracker, id)
+	}
+	console, err := os.OpenFile(filepath.Join(dir, consoleFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	defer console.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = console, console
+	// Its own session: a signal to the daemon's group must not reach
+	// the VMM, whose life is the sandbox's, not the daemon's.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("sandbox %q: start %s: %w", id, argv[0], err)
+	}
+	pid := cmd.Process.Pid
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait() // reaps it; Wait and State look at the pid
+		close(exited)
+	}()
+	undo.Add(func() error { return killVMM(pid, id, exited) })
+	if err := os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(pid)), 0o600); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	if cgDirs != nil {
+		if err := joinCgroup(cgDirs, pid); err != nil {
+			return nil, fmt.Errorf("sandbox %q: %w", id, err)
+		}
+	}
+	if err := step("spawn", t); err != nil {
+		return nil, err
+	}
+
+	t = time.Now()
+	api := newAPIClient(b.apiSockPath(id))
+	defer api.close()
+	if err := b.waitAPI(ctx, api, exited); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w: %s", id, err, oci.Tail(filepath.Join(dir, consoleFile), 2048))
+	}
+	if err := step("api socket", t); err != nil {
+		return nil, err
+	}
+
+	t = time.Now()
+	vm := vmConfig{
+		VCPUs:      vcpus(lim.CPUs),
+		MemSizeMiB: memMiB(lim.MemoryBytes),
+		Kernel:     b.guestPath(id, kernelName),
+		Initrd:     b.guestPath(id, initramfsName),
+		BootArgs:   b.bootArgs(),
+		BaseDisk:   b.guestPath(id, baseDiskName),
+		RWDisk:     b.guestPath(id, rwDiskName),
+		VsockPath:  vsockName,
+	}
+	if b.jailer == "" {
+		// Without a chroot, the cached files are used in place.
+		vm.Kernel, vm.Initrd, vm.BaseDisk = b.kernel, initramfs, baseDisk
+	} else {
+		vm.VsockPath = "/" + vsockName
+	}
+	actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), apiTimeout)
+	defer acancel()
+	if err := api.run(actx, bootSteps(vm)); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w: %s", id, err, oci.Tail(filepath.Join(dir, consoleFile), 2048))
+	}
+	if err := step("boot", t); err != nil {
+		return nil, err
+	}
+
+	sb := backend.Sandbox{
+		ID:        id,
+		AgentAddr: net.JoinHostPort(b.vsockPath(id), strconv.Itoa(AgentVsockPort)),
+		Pid:       pid,
+		StartedAt: time.Now().UTC(),
+	}
+	rec := record{
+		Sandbox: sb, Jailed: b.jailer != "", UID: uid, VCPUs: vm.VCPUs, MemoryMiB: vm.MemSizeMiB,
+		DiskBytes: lim.DiskBytes, ImageKey: key, Labels: spec.Labels,
+	}
+	if err := oci.WriteJSON(filepath.Join(dir, recordFile), rec); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	if err := step("record", t); err != nil {
+		return nil, err
+	}
+	undo.Release()
+	log.Info("sandbox started", "pid", pid, "vcpus", vm.VCPUs, "memMiB", vm.MemSizeMiB, "jailed", b.jailer != "", "took", time.Since(begin))
+	return &sb, nil
+}
+
+// waitAPI waits until the VMM answers on its API socket, it exits, ctx
+// ends or the start timeout passes.
+func (b *Backend) waitAPI(ctx context.Context, api *apiClient, exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.StartTimeout)
+	defer cancel()
+	var last error
+	for {
+		ictx, icancel := context.WithTimeout(ctx, time.Second)
+		_, err := api.info(ictx)
+		icancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		select {
+		case <-exited:
+			return errors.New("the VMM exited before it served its API")
+		case <-ctx.Done():
+			return fmt.Errorf("the VMM's API did not answer: %w (last: %v)", context.Cause(ctx), last)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// killVMM kills the VMM process pid of sandbox id and waits until it has
+// exited; exited, when not nil, closes once this process reaped it.
+func killVMM(pid int, id string, exited <-chan struct{}) error {
+	if !ownsProcess(pid, id) {
+		return nil
+	}
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("kill the VMM (pid %d): %w", pid, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if exited != nil {
+		select {
+		case <-exited:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("the VMM (pid %d) did not exit after SIGKILL", pid)
+		}
+	}
+	return oci.WaitProcess(ctx, pid, id)
+}
+
+// ownsProcess reports whether process pid is sandbox id's VMM: its command
+// line names id (Firecracker's --id, which the jailer passes on too). A
+// pid file may outlive its process, and the pid go to another.
+func ownsProcess(pid int, id string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	for _, arg := range strings.Split(string(b), "\x00") {
+		if arg == id || arg == "--id="+id {
+			return true
+		}
+	}
+	return false
+}
+
+// alive reports whether pid runs and has not exited (a zombie has).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state …; comm may hold spaces and parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// initramfs returns the cached initramfs of agent and the kernel's
+// modules, making it first if needed.
+func (b *Backend) initramfs(ctx context.Context, agent string) (string, error) {
+	sum, err := b.agentSum(agent)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(b.cache, "initramfs-"+initramfsKey(sum, b.modules)+".cpio")
+	return path, b.cached(path, func(tmp string) error {
+		f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		err = writeInitramfs(f, agent, b.modules)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("initramfs: %w", err)
+		}
+		return nil
+	})
+}
+
+// baseDisk returns the cache key and the cached image disk of spec's root,
+// making it first if needed.
+func (b *Backend) baseDisk(ctx context.Context, spec *backend.Spec) (string, string, error) {
+	key, err := imageKey(spec)
+	if err != nil {
+		return "", "", fmt.Errorf("image disk: %w", err)
+	}
+	path := filepath.Join(b.cache, "image-"+key+".ext4")
+	err = b.cached(path, func(tmp string) error {
+		begin := time.Now()
+		if err := makeBaseDisk(ctx, b.mkfs, spec.RootFS, tmp); err != nil {
+			return err
+		}
+		b.log.Info("image disk made", "root", spec.RootFS, "disk", path, "took", time.Since(begin))
+		return nil
+	})
+	return key, path, err
+}
+
+// cached makes the file at path with build, unless it exists: build writes
+// a temporary file that is renamed into place once complete, so a file at
+// path is always whole. Other processes that share the cache wait on a
+// lock file beside it.
+func (b *Backend) cached(path string, build func(tmp string) error) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	b.cacheMu.Lock()
+	defer b.cacheMu.Unlock()
+	unlock, err := lockFile(path + ".lock")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	tmp := path + ".tmp"
+	os.Remove(tmp)
+	if err := build(tmp); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	// The jailed VMMs read it through a hard link, as their own uid.
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// agentSum returns the SHA-256 of the agent binary at path, remembered by
+// its size and modification time.
+func (b *Backend) agentSum(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("agent: %w", err)
+	}
+	k := fmt.Sprintf("%s %d %d", path, fi.Size(), fi.ModTime().UnixNano())
+	b.sumMu.Lock()
+	sum, ok := b.agentSums[k]
+	b.sumMu.Unlock()
+	if ok {
+		return sum, nil
+	}
+	if sum, err = fileSum(path); err != nil {
+		return "", fmt.Errorf("agent: %w", err)
+	}
+	b.sumMu.Lock()
+	b.agentSums[k] = sum
+	b.sumMu.Unlock()
+	return sum, nil
+}
+
+// linkOrCopy hard-links src at dst, or copies it where a link cannot be
+// made (another file system).
+func linkOrCopy(src, dst string) error {
+	err := os.Link(src, dst)
+	if err == nil || !errors.Is(err, unix.EXDEV) {
+		return err
+	}
+	out, err := exec.Command("cp", "--sparse=always", "--", src, dst).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("copy %s: %w: %s", src, err, out)
+	}
+	return nil
+}
+
+// validateSpec checks spec before anything is made.
+func validateSpec(s *backend.Spec) error {
+	if err := network.ValidateID(s.ID); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(s.RootFS) {
+		return fmt.Errorf("sandbox %q: RootFS %q must be absolute: %w", s.ID, s.RootFS, errdefs.ErrInvalidArgument)
+	}
+	if fi, err := os.Stat(s.RootFS); err != nil {
+		return fmt.Errorf("sandbox %q: RootFS: %w: %w", s.ID, errdefs.ErrNotFound, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("sandbox %q: RootFS %s is not a directory: %w", s.ID, s.RootFS, errdefs.ErrInvalidArgument)
+	}
+	if !filepath.IsAbs(s.Agent.Path) {
+		return fmt.Errorf("sandbox %q: agent path %q must be absolute: %w", s.ID, s.Agent.Path, errdefs.ErrInvalidArgument)
+	}
+	if fi, err := os.Stat(s.Agent.Path); err != nil {
+		return fmt.Errorf("sandbox %q: agent: %w: %w", s.ID, errdefs.ErrNotFound, err)
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("sandbox %q: agent %s is not a regular file: %w", s.ID, s.Agent.Path, errdefs.ErrInvalidArgument)
+	}
+	r := s.Resources
+	if r.CPUs < 0 || r.MemoryBytes < 0 || r.Pids < 0 || r.DiskBytes < 0 {
+		return fmt.Errorf("sandbox %q: negative resources %+v: %w", s.ID, r, errdefs.ErrInvalidArgument)
+	}
+	if r.MemoryBytes != 0 && r.MemoryBytes < minMemoryBytes {
+		return fmt.Errorf("sandbox %q: memory %d is below %d MiB, too small for the guest: %w", s.ID, r.MemoryBytes, minMemoryBytes>>20, errdefs.ErrInvalidArgument)
+	}
+	if r.DiskBytes != 0 && r.DiskBytes < minDiskBytes {
+		return fmt.Errorf("sandbox %q: disk cap %d is below %d MiB: %w", s.ID, r.DiskBytes, minDiskBytes>>20, errdefs.ErrInvalidArgument)
+	}
+	if r.CPUs != 0 && r.CPUs < 0.01 {
+		return fmt.Errorf("sandbox %q: %v CPUs is below 0.01: %w", s.ID, r.CPUs, errdefs.ErrInvalidArgument)
+	}
+	if r.CPUs > maxVCPUs {
+		return fmt.Errorf("sandbox %q: %v CPUs is above Firecracker's %d vCPUs: %w", s.ID, r.CPUs, maxVCPUs, errdefs.ErrInvalidArgument)
+	}
+	for _, kv := range s.Env {
+		if !strings.Contains(kv, "=") {
+			return fmt.Errorf("sandbox %q: env entry %q is not KEY=VALUE: %w", s.ID, kv, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// Stop kills sandbox id's VMM and removes everything of it: what is left
+// in its cgroup (after stopGrace), the cgroup, the chroot, the uid lease
+// and the sandbox directory, last, so that a failed Stop can be retried
+// and List still reports the id. It is idempotent.
+func (b *Backend) Stop(ctx context.Context, id string) error {
+	if err := network.ValidateID(id); err != nil {
+		return err
+	}
+	defer b.locks.Lock(id)()
+	begin := time.Now()
+	dir := b.sandboxDir(id)
+	_, statErr := os.Stat(dir)
+	owned := statErr == nil
+
+	var errs []error
+	if pid, err := oci.ReadPid(filepath.Join(dir, pidFile)); err == nil {
+		if err := killVMM(pid, id, nil); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	rel := cgroupRel(b.cfg.CgroupParent, id)
+	if !drainCgroup(rel, stopGrace) {
+		b.log.Warn("processes left in the VMM's cgroup after its end; killing them", "sandbox", id, "op", "stop")
+	}
+	if err := oci.RemoveCgroup(rel); err != nil {
+		errs = append(errs, err)
+	}
+	if err := oci.RemoveBundle(b.jailDir(id)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := b.uids.release(id); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		b.log.Warn("stop incomplete", "sandbox", id, "op", "stop", "err", err)
+		return fmt.Errorf("sandbox %q: stop: %w", id, err)
+	}
+	if owned {
+		b.log.Info("sandbox stopped", "sandbox", id, "op", "stop", "took", time.Since(begin))
+	}
+	return nil
+}
+
+// State reports the state of sandbox id: stopped when its VMM is gone,
+// else what the VMM's API says. A VMM that runs but does not answer is
+// "could not tell".
+func (b *Backend) State(ctx context.Context, id string) (backend.State, error) {
+	if err := network.ValidateID(id); err != nil {
+		return "", err
+	}
+	held, err := b.holds(id)
+	if err != nil {
+		return "", fmt.Errorf("sandbox %q: state: %w", id, err)
+	}
+	if !held {
+		return "", fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	pid, err := oci.ReadPid(filepath.Join(b.sandboxDir(id), pidFile))
+	if err != nil || !alive(pid) || !ownsProcess(pid, id) {
+		return backend.StateStopped, nil
+	}
+	api := newAPIClient(b.apiSockPath(id))
+	defer api.close()
+	sctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	defer cancel()
+	info, err := api.info(sctx)
+	if err != nil {
+		if !alive(pid) {
+			return backend.StateStopped, nil
+		}
+		return "", fmt.Errorf("sandbox %q: could not tell its state: %w", id, err)
+	}
+	switch info.State {
+	case instanceRunning:
+		return backend.StateRunning, nil
+	case instancePaused:
+		return backend.StatePaused, nil
+	default: // "Not started": a Start cut short
+		return backend.StateStopped, nil
+	}
+}
+
+// holds reports whether the backend has anything at all for id.
+func (b *Backend) holds(id string) (bool, error) {
+	ids, err := b.List(context.Background())
+	if err != nil {
+		return false, err
+	}
+	return slices.Contains(ids, id), nil
+}
+
+// List returns every id with a sandbox directory, a chroot, a cgroup or a
+// uid lease in this backend's Root and cgroup parent.
+func (b *Backend) List(ctx context.Context) ([]string, error) {
+	set := map[string]bool{}
+	for _, d := range []string{b.sandboxes, filepath.Dir(b.jailDir("x"))} {
+		entries, err := os.ReadDir(d)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("firecracker list: %w", err)
+		}
+		for _, e := range entries {
+			set[e.Name()] = true
+		}
+	}
+	dirs, err := oci.CgroupDirs("/" + b.cfg.CgroupParent)
+	if err != nil {
+		return nil, fmt.Errorf("firecracker list: %w", err)
+	}
+	for _, d := range dirs {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if e.IsDir() {
+				set[e.Name()] = true
+			}
+		}
+	}
+	held, err := b.uids.holders()
+	if err != nil {
+		return nil, fmt.Errorf("firecracker list: %w", err)
+	}
+	for _, id := range held {
+		set[id] = true
+	}
+	out := make([]string, 0, len(set))
+	for id := range set {
+		if network.ValidateID(id) == nil {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Wait blocks until sandbox id's VMM exits (the guest's init ended, the
+// guest restarted, the VMM crashed or was killed) or ctx ends.
+func (b *Backend) Wait(ctx context.Context, id string) error {
+	if err := network.ValidateID(id); err != nil {
+		return err
+	}
+	pid, err := oci.ReadPid(filepath.Join(b.sandboxDir(id), pidFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox %q: wait: %w", id, err)
+	}
+	return oci.WaitProcess(ctx, pid, id)
+}
+
+// DialSandbox connects to TCP port inside sandbox id over its vsock: the
+// agent's port directly, any other through the agent's forwarding port.
+func (b *Backend) DialSandbox(ctx context.Context, id string, port int) (net.Conn, error) {
+	if err := network.ValidateID(id); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(b.sandboxDir(id), recordFile)); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	c, err := dialGuest(ctx, b.vsockPath(id), port)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	return c, nil
+}
+
+// Pause freezes sandbox id's vCPUs.
+func (b *Backend) Pause(ctx context.Context, id string) error {
+	return b.withAPI(ctx, id, "pause", (*apiClient).pause)
+}
+
+// Resume thaws sandbox id's vCPUs.
+func (b *Backend) Resume(ctx context.Context, id string) error {
+	return b.withAPI(ctx, id, "resume", (*apiClient).resume)
+}
+
+func (b *Backend) withAPI(ctx context.Context, id, op string, call func(*apiClient, context.Context) error) error {
+	if err := network.ValidateID(id); err != nil {
+		return err
+	}
+	defer b.locks.Lock(id)()
+	if _, err := os.Stat(filepath.Join(b.sandboxDir(id), recordFile)); err != nil {
+		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	api := newAPIClient(b.apiSockPath(id))
+	defer api.close()
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), apiTimeout)
+	defer cancel()
+	if err := call(api, actx); err != nil {
+		return fmt.Errorf("sandbox %q: %s: %w", id, op, err)
+	}
+	return nil
+}

@@ -1,0 +1,278 @@
+package firecracker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/internal/oci"
+	"github.com/lightbearco/tupper/internal/testutil"
+)
+
+var (
+	standInOnce sync.Once
+	standInPath string
+	standInErr  error
+)
+
+// standIn returns the stand-in firecracker binary
+// (internal/fakefirecracker), built once per test binary. It is named
+// firecracker, as the jailer wants.
+func standIn(t testing.TB) string {
+	t.Helper()
+	standInOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tupper-fakefc-bin-")
+		if err != nil {
+			standInErr = err
+			return
+		}
+		standInPath = filepath.Join(dir, "firecracker")
+		cmd := exec.Command("go", "build", "-o", standInPath, "./backend/firecracker/internal/fakefirecracker")
+		cmd.Dir = testutil.ModuleRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			standInErr = fmt.Errorf("build the stand-in: %w: %s", err, out)
+		}
+	})
+	if standInErr != nil {
+		t.Fatal(standInErr)
+	}
+	return standInPath
+}
+
+// needsStandInHost skips unless the host can run the stand-in's guests:
+// root, runc, mkfs.ext4 and loop devices.
+func needsStandInHost(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testutil.Skip(t, "needs root: image disks keep their owners, the stand-in loop-mounts them and runs runc")
+	}
+	for _, bin := range []string{"mkfs.ext4", "runc", "mount"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			testutil.Skip(t, bin+" not found (scripts/setup.sh installs it)")
+		}
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		testutil.Skip(t, "needs loop devices for the stand-in's guest disks")
+	}
+}
+
+// fakeKernelDir returns a kernel directory for the stand-in, which boots
+// no kernel: a vmlinux that is only an ELF header's magic.
+func fakeKernelDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, kernelName), []byte("\x7fELF stand-in kernel"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func testLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// newStandInBackend makes a backend that runs the stand-in without the
+// jailer, under a fresh root, and stops what it still holds when the test
+// ends.
+func newStandInBackend(t testing.TB) *Backend {
+	t.Helper()
+	needsStandInHost(t)
+	b, err := New(Config{
+		Root:            t.TempDir(),
+		Logger:          testLogger(),
+		FirecrackerPath: standIn(t),
+		NoJailer:        true,
+		KernelDir:       fakeKernelDir(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopAll(t, b) })
+	return b
+}
+
+// stopAll stops every sandbox b holds.
+func stopAll(t testing.TB, b backend.Backend) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ids, err := b.List(ctx)
+	if err != nil {
+		t.Error(err)
+	}
+	for _, id := range ids {
+		if err := b.Stop(ctx, id); err != nil {
+			t.Errorf("cleanup: Stop(%s): %v", id, err)
+		}
+	}
+}
+
+// leftovers lists what the host still holds of sandbox id of b: files
+// under its root other than the cache, processes, mounts and loop devices
+// that name the root or the stand-in's work directories, and cgroups of
+// the VMM and of the stand-in's runc sandbox.
+func leftovers(t testing.TB, b *Backend, id string) []string {
+	t.Helper()
+	var found []string
+	root := b.cfg.Root
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || p == root {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, p)
+		switch {
+		case strings.HasPrefix(rel, "cache"):
+			if strings.HasSuffix(p, ".tmp") {
+				found = append(found, "temporary file "+p)
+			}
+		case d.IsDir() && (rel == "sandboxes" || rel == "jail" || rel == "uids" || rel == filepath.Join("jail", filepath.Base(b.firecracker))):
+		default:
+			found = append(found, "file "+p)
+		}
+		return nil
+	})
+	marks := []string{root, workBaseForTests, "/" + id}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(p)
+		if err != nil || filepath.Dir(p) == fmt.Sprintf("/proc/%d", os.Getpid()) {
+			continue
+		}
+		s := strings.ReplaceAll(string(cmdline), "\x00", " ")
+		for _, arg := range strings.Split(string(cmdline), "\x00") {
+			if arg == id || strings.HasPrefix(arg, root) || strings.HasPrefix(arg, workBaseForTests+"/") {
+				found = append(found, "process "+filepath.Base(filepath.Dir(p))+": "+s)
+				break
+			}
+		}
+	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(mi), "\n") {
+			for _, m := range marks[:2] {
+				if strings.Contains(line, m+"/") || strings.Contains(line, " "+m+" ") {
+					found = append(found, "mount: "+line)
+					break
+				}
+			}
+		}
+	}
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, l := range loops {
+		bf, err := os.ReadFile(l)
+		if err == nil && (strings.HasPrefix(string(bf), root+"/") || strings.HasPrefix(string(bf), workBaseForTests+"/")) {
+			found = append(found, "loop device "+filepath.Base(filepath.Dir(filepath.Dir(l)))+": "+strings.TrimSpace(string(bf)))
+		}
+	}
+	for _, rel := range []string{cgroupRel(b.cfg.CgroupParent, id), "/tupper-runc/" + id} {
+		dirs, _ := oci.CgroupDirs(rel)
+		for _, d := range dirs {
+			found = append(found, "cgroup "+d)
+		}
+	}
+	if entries, err := os.ReadDir(workBaseForTests); err == nil {
+		for _, e := range entries {
+			if idb, err := os.ReadFile(filepath.Join(workBaseForTests, e.Name(), "id")); err == nil && string(idb) == id {
+				found = append(found, "stand-in work directory "+filepath.Join(workBaseForTests, e.Name()))
+			}
+		}
+	}
+	return found
+}
+
+// workBaseForTests is the stand-in's workBase.
+const workBaseForTests = "/run/tupper-fakefc"
+
+// noLeftovers fails the test with what is left of sandbox id: called
+// once Stop returned, or a Start failed, it must be nothing.
+func noLeftovers(t testing.TB, b *Backend, id string) {
+	t.Helper()
+	if left := leftovers(t, b, id); len(left) > 0 {
+		t.Errorf("left behind of sandbox %s:\n  %s", id, strings.Join(left, "\n  "))
+	}
+}
+
+// tcpFront gives a backend that is a backend.Dialer a loopback TCP address
+// per sandbox, which relays to the agent through DialSandbox, as the
+// engine dials: the conformance suite speaks HTTP to Sandbox.AgentAddr.
+type tcpFront struct {
+	backend.Backend
+	dialer backend.Dialer
+
+	mu  sync.Mutex
+	lns map[string]net.Listener
+	ids []string // every sandbox started
+}
+
+func newTCPFront(b backend.Backend) *tcpFront {
+	return &tcpFront{Backend: b, dialer: b.(backend.Dialer), lns: map[string]net.Listener{}}
+}
+
+func (f *tcpFront) Start(ctx context.Context, spec *backend.Spec) (*backend.Sandbox, error) {
+	sb, err := f.Backend.Start(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.lns[spec.ID] = ln
+	f.ids = append(f.ids, spec.ID)
+	f.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := f.dialer.DialSandbox(context.Background(), spec.ID, backend.AgentPort)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{})
+				go func() { io.Copy(up, c); closeWrite(up); close(done) }()
+				io.Copy(c, up)
+				closeWrite(c)
+				<-done
+			}()
+		}
+	}()
+	out := *sb
+	out.AgentAddr = ln.Addr().String()
+	return &out, nil
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+}
+
+func (f *tcpFront) Stop(ctx context.Context, id string) error {
+	f.mu.Lock()
+	if ln, ok := f.lns[id]; ok {
+		ln.Close()
+		delete(f.lns, id)
+	}
+	f.mu.Unlock()
+	return f.Backend.Stop(ctx, id)
+}
+
+// Wait passes the backend's backend.Waiter on.
+func (f *tcpFront) Wait(ctx context.Context, id string) error {
+	return f.Backend.(backend.Waiter).Wait(ctx, id)
+}
