@@ -14,12 +14,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
 )
 
 var (
-	agentsMu sync.Mutex
-	agents   = map[string]string{} // by GOARCH
+	agentsMu      sync.Mutex
+	agents        = map[string]string{} // by GOARCH
 	agentBuildDir string
 
 	standinOnce sync.Once

@@ -362,6 +362,11 @@ func (st *state) refresh(ctx context.Context, c *container) error {
 	if err != nil || alive {
 		return err
 	}
+	// The VM of a real container is gone when it stops: free what the
+	// sandbox still holds.
+	if err := st.eng.stop(ctx, c); err != nil {
+		return err
+	}
 	c.State, c.Addr = "stopped", ""
 	return st.save(c)
 }
@@ -652,13 +657,11 @@ func (st *state) delete(ctx context.Context, args []string) error {
 		if err := st.refresh(ctx, c); err != nil {
 			return err
 		}
-		if c.State == "running" {
-			if !o.has("force") {
-				return fmt.Errorf("container %s is running: stop it or delete it with --force", id)
-			}
-			if err := st.eng.stop(ctx, c); err != nil {
-				return err
-			}
+		if c.State == "running" && !o.has("force") {
+			return fmt.Errorf("container %s is running: stop it or delete it with --force", id)
+		}
+		if err := st.eng.stop(ctx, c); err != nil {
+			return err
 		}
 		if err := os.Remove(st.containerPath(id)); err != nil {
 			return err

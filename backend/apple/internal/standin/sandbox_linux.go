@@ -158,6 +158,9 @@ func (e *sandboxEngine) start(ctx context.Context, c *container) error {
 }
 
 func (e *sandboxEngine) alive(ctx context.Context, c *container) (bool, error) {
+	if c.Sandbox == "" {
+		return false, nil
+	}
 	be, err := e.sandboxes()
 	if err != nil {
 		return false, err
@@ -170,6 +173,9 @@ func (e *sandboxEngine) alive(ctx context.Context, c *container) (bool, error) {
 }
 
 func (e *sandboxEngine) stop(ctx context.Context, c *container) error {
+	if c.Sandbox == "" {
+		return nil // it never booted
+	}
 	be, err := e.sandboxes()
 	if err != nil {
 		return err
