@@ -84,19 +84,23 @@ enabled=false
 }
 
 // startScript is the launcher: argv[1] caps every user's tasks
-// (RLIMIT_NPROC; bash and busybox call the flag -u, dash -p), then the
-// rest of argv replaces the shell. WSL gives sandboxes no task limit of
-// their own: this one counts a user's tasks across the whole WSL VM, and
-// root, who holds CAP_SYS_RESOURCE there, passes it.
+// (RLIMIT_NPROC; bash and busybox call the flag -u, dash -p) unless a
+// lower cap holds already, then the rest of argv replaces the shell. WSL
+// gives sandboxes no task limit of their own: this one counts a user's
+// tasks across the whole WSL VM, and root, who holds CAP_SYS_RESOURCE
+// there, passes it.
 const startScript = `# Written by Tupper's WSL backend: starts the agent.
 # Usage: start TASKS COMMAND [ARG...]
 tasks=$1
 shift
 if [ "$tasks" -gt 0 ]; then
-	ulimit -u "$tasks" 2>/dev/null || ulimit -p "$tasks" 2>/dev/null || {
-		echo "tupper: cannot set RLIMIT_NPROC to $tasks" >&2
-		exit 125
-	}
+	hard=$(ulimit -H -u 2>/dev/null || ulimit -H -p 2>/dev/null)
+	if [ "$hard" = unlimited ] || [ "$hard" -gt "$tasks" ]; then
+		ulimit -u "$tasks" 2>/dev/null || ulimit -p "$tasks" 2>/dev/null || {
+			echo "tupper: cannot set RLIMIT_NPROC to $tasks" >&2
+			exit 125
+		}
+	fi
 fi
 exec "$@"
 `

@@ -138,7 +138,9 @@ func cmdExec(args []string) int {
 	}
 	initPid := filepath.Join(dir, "init.pid")
 	os.WriteFile(initPid, []byte(strconv.Itoa(sb.Pid)), 0o600)
+	stopRelay := relayConsole(id)
 	defer func() {
+		stopRelay()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		if err := vm.Stop(ctx, id); err != nil {
