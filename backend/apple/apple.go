@@ -28,6 +28,9 @@
 // tupper.local/<name>:<digest>; a name already in `container image list`
 // is not loaded again.
 //
+// The container's host name is its name, the sandbox id: `container run`
+// sets no other, so Spec.Hostname is not used.
+//
 // Limits: CPUs and memory are the VM's (`-c`, `-m`; CPUs round up to whole
 // cores). Pids is RLIMIT_NPROC of the agent (`--ulimit nproc=N:N`), which
 // every process of the sandbox inherits; in a VM of its own that counts the

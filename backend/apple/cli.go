@@ -3,7 +3,6 @@ package apple
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -89,11 +88,4 @@ func tail(s string, n int) string {
 		s = "…" + s[len(s)-n:]
 	}
 	return s
-}
-
-// isExit reports whether err is a command that ran and exited non-zero,
-// as opposed to one that could not run.
-func isExit(err error) bool {
-	var ee *exec.ExitError
-	return errors.As(err, &ee)
 }
