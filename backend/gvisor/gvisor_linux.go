@@ -2,11 +2,9 @@ package gvisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,8 +15,6 @@ import (
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/backend/internal/oci"
-	"github.com/lightbearco/tupper/errdefs"
-	"github.com/lightbearco/tupper/internal/cleanup"
 	"github.com/lightbearco/tupper/network"
 )
 
@@ -29,11 +25,8 @@ var (
 )
 
 const (
-	// cleanupTimeout bounds the undo of a failed Start, which runs even
-	// when the Start's ctx is done.
-	cleanupTimeout = 30 * time.Second
 	// runscTimeout bounds one runsc command that changes state.
-	runscTimeout = time.Minute
+	runscTimeout = oci.RuntimeTimeout
 	// minDiskBytes is the smallest disk cap: the agent's first writes
 	// (resolv.conf, hosts, the trust store, the user's home) must fit.
 	minDiskBytes = 32 << 20
@@ -41,9 +34,6 @@ const (
 
 // Files in a sandbox's bundle directory.
 const (
-	specFile   = "config.json"
-	recordFile = "sandbox.json"
-	pidFile    = "pid"
 	rootfsDir  = "rootfs" // the host overlay of the image, runsc's root
 	overlayDir = "ovl"    // upper and work dirs of that overlay
 	upperDir   = "upper"  // runsc's overlay filestore goes here
@@ -125,22 +115,8 @@ func New(cfg Config) (*Backend, error) {
 		Log:          cfg.Logger.With("backend", "gvisor"),
 		Knows:        b.runscKnows,
 		Leftovers:    b.removeRunscLeftovers,
-		MemoryLimit:  b.memoryLimit,
 	}
 	return b, nil
-}
-
-// memoryLimit is the memory limit sandbox id was started with.
-func (b *Backend) memoryLimit(id string) uint64 {
-	data, err := os.ReadFile(filepath.Join(b.BundleDir(id), recordFile))
-	if err != nil {
-		return 0
-	}
-	var r record
-	if json.Unmarshal(data, &r) != nil {
-		return 0
-	}
-	return uint64(r.Limits.MemoryBytes)
 }
 
 // record is what the backend keeps about a running sandbox, in
@@ -153,68 +129,29 @@ type record struct {
 }
 
 // Start boots spec as described by backend.Backend. Its steps are: claim
-// the bundle directory and mount the root overlay, make the network, write
-// the OCI spec, runsc create and runsc start; a failure undoes the steps
-// done, in reverse. ctx is checked between the runsc steps but does not
-// interrupt them (see runscContext), so Start may outlive ctx by one step.
+// the bundle directory and mount the root overlay, reserve host tasks,
+// make the network, write the OCI spec, runsc create, set the host's
+// memory limit and runsc start; a failure undoes the steps done, in
+// reverse (see oci.Boot).
 func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.Sandbox, retErr error) {
-	if spec == nil {
-		return nil, fmt.Errorf("gvisor start: nil spec: %w", errdefs.ErrInvalidArgument)
-	}
-	if err := oci.ValidateSpec(spec, floors); err != nil {
+	bt, err := b.BeginStart(ctx, spec, floors)
+	if err != nil {
 		return nil, err
 	}
-	id := spec.ID
-	defer b.Locks.Lock(id)()
-	log := b.Log.With("sandbox", id, "op", "start")
-	begin := time.Now()
-	step := func(name string, since time.Time) { log.Debug("step done", "step", name, "took", time.Since(since)) }
-
-	var undo cleanup.Stack
-	defer func() {
-		if retErr == nil {
-			return
-		}
-		if err := undo.Run(); err != nil {
-			log.Error("undo of a failed start left something behind", "err", err)
-			retErr = errors.Join(retErr, fmt.Errorf("cleanup: %w", err))
-		}
-		log.Info("start failed", "err", retErr, "took", time.Since(begin))
-	}()
-	cleanupCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	}
-
-	// Claim: the bundle directory marks the id as this backend's.
-	t := time.Now()
-	dir := b.BundleDir(id)
-	cgPath := b.CgroupsPath(id)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrAlreadyExists)
-		}
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
-	}
-	undo.Add(func() error { return oci.RemoveBundle(dir) })
-	if dirs, err := oci.CgroupDirs(cgPath); err != nil || len(dirs) > 0 {
-		// Someone else's sandbox of this id (another Root) owns the cgroup.
-		return nil, fmt.Errorf("sandbox %q: cgroup %s in use (%v): %w", id, cgPath, err, errdefs.ErrAlreadyExists)
-	}
+	defer bt.End(&retErr)
+	dir, cgPath := bt.Dir, b.CgroupsPath(spec.ID)
 	if err := os.Mkdir(filepath.Join(dir, upperDir), 0o700); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+		return nil, bt.Fail(err)
 	}
-	undo.Add(func() error { return unmountRootFS(dir) })
+	bt.Undo.Add(func() error { return unmountRootFS(dir) })
 	if err := mountHostSafe(dir); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
-	}
-	if err := oci.MountLog(dir); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+		return nil, bt.Fail(err)
 	}
 	rootfs, err := mountRootFS(spec.RootFS, dir)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+		return nil, bt.Fail(err)
 	}
-	step("claim", t)
+	bt.Step("claim")
 
 	// Admission: the host tasks this sandbox may hold must fit beside
 	// every other sandbox's. The reservation bridges the time until
@@ -222,100 +159,40 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	lim := resolveLimits(&b.cfg, spec.Resources)
 	release, err := b.pids.reserve(cgPath, lim.hostPids())
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+		return nil, bt.Fail(err)
 	}
 	defer release()
 
-	t = time.Now()
-	ep, err := b.Pool.Setup(ctx, id, spec.Network)
+	ep, err := bt.Network(spec)
 	if err != nil {
 		return nil, err
 	}
-	undo.Add(func() error {
-		c, cancel := cleanupCtx()
-		defer cancel()
-		return b.Pool.Teardown(c, id)
-	})
-	step("network", t)
-
-	ociSpec := buildSpec(specInput{
+	create := *b.Cmd
+	create.ExtraArgs = append(slices.Clip(b.Cmd.ExtraArgs), overlayFlag(dir, b.diskBytes(spec.Resources)))
+	pid, err := bt.Run(buildSpec(specInput{
 		Spec:        b.WithNetwork(spec, ep),
 		RootPath:    rootfs,
 		Limits:      lim,
 		NetNSPath:   ep.NetNSPath,
 		CgroupsPath: cgPath,
 		LimitSwap:   b.limitSwap,
-	})
-	if err := oci.WriteJSON(filepath.Join(dir, specFile), ociSpec); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
-	}
-
-	t = time.Now()
-	console, err := os.OpenFile(oci.ConsolePath(dir), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
-	}
-	defer console.Close()
-	undo.Add(func() error {
-		c, cancel := cleanupCtx()
-		defer cancel()
-		return errors.Join(b.Destroy(c, id), oci.RemoveCgroup(cgPath))
-	})
-	// runsc steps are not cut short by ctx: a runsc create killed halfway
-	// leaves processes and state files that runsc itself no longer knows.
-	// ctx is checked between the steps instead.
-	rctx, rcancel := oci.Context(ctx)
-	defer rcancel()
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sandbox %q: before runsc create: %w", id, context.Cause(ctx))
-	}
-	create := *b.Cmd
-	create.ExtraArgs = append(slices.Clip(b.Cmd.ExtraArgs), overlayFlag(dir, b.diskBytes(spec.Resources)))
-	err = create.Create(rctx, id, dir, &runc.CreateOpts{
-		IO:      oci.FileIO{F: console},
-		PidFile: filepath.Join(dir, oci.PidFile),
+	}), &create, func() error {
+		// runsc has shown the sandbox its memory limit; the host's sits a
+		// headroom above (see hostMemory).
+		if err := setHostMemory(cgPath, lim.hostMemory()); err != nil {
+			return err
+		}
+		if err := b.pids.limitParent(); err != nil {
+			bt.Log.Warn("cannot cap the host tasks of all sandboxes together", "err", err)
+		}
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: runsc create: %w: %s", id, err, oci.Tail(oci.ConsolePath(dir), 2048))
+		return nil, err
 	}
-	step("create", t)
-	// runsc has shown the sandbox its memory limit; the host's sits a
-	// headroom above (see hostMemory).
-	if err := setHostMemory(cgPath, lim.hostMemory()); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
-	}
-	if err := b.pids.limitParent(); err != nil {
-		log.Warn("cannot cap the host tasks of all sandboxes together", "err", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sandbox %q: after runsc create: %w", id, context.Cause(ctx))
-	}
-
-	t = time.Now()
-	if err := b.Cmd.Start(rctx, id); err != nil {
-		return nil, fmt.Errorf("sandbox %q: runsc start: %w", id, err)
-	}
-	step("start", t)
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sandbox %q: after runsc start: %w", id, context.Cause(ctx))
-	}
-
-	pid, err := oci.ReadPid(filepath.Join(dir, oci.PidFile))
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
-	}
-	sb := backend.Sandbox{
-		ID:        id,
-		AgentAddr: net.JoinHostPort(ep.SandboxAddr.Addr().String(), strconv.Itoa(backend.AgentPort)),
-		Pid:       pid,
-		StartedAt: time.Now().UTC(),
-	}
-	if err := oci.WriteJSON(filepath.Join(dir, recordFile), record{Sandbox: sb, Limits: lim, DiskBytes: b.diskBytes(spec.Resources), Labels: spec.Labels}); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
-	}
-	undo.Release()
-	log.Info("sandbox started", "addr", sb.AgentAddr, "pid", pid, "took", time.Since(begin))
-	return &sb, nil
+	return bt.Done(ep, pid, func(sb backend.Sandbox) any {
+		return record{Sandbox: sb, Limits: lim, DiskBytes: b.diskBytes(spec.Resources), Labels: spec.Labels}
+	})
 }
 
 // overlayFlag returns the runsc flag that gives the sandbox its

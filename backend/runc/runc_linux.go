@@ -4,23 +4,17 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
-	"time"
 
 	gorunc "github.com/containerd/go-runc"
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/backend/internal/oci"
-	"github.com/lightbearco/tupper/errdefs"
-	"github.com/lightbearco/tupper/internal/cleanup"
 	"github.com/lightbearco/tupper/network"
 )
 
@@ -31,17 +25,6 @@ var (
 	_ backend.Waiter          = (*Backend)(nil)
 	_ backend.NetworkUpdater  = (*Backend)(nil)
 	_ backend.NetworkObserver = (*Backend)(nil)
-)
-
-const (
-	// cleanupTimeout bounds the undo of a failed Start.
-	cleanupTimeout = 30 * time.Second
-)
-
-// Files in a sandbox's bundle directory.
-const (
-	specFile   = "config.json"
-	recordFile = "sandbox.json"
 )
 
 // Backend runs sandboxes with runc. It is safe for concurrent use; calls for
@@ -105,7 +88,6 @@ func New(cfg Config) (*Backend, error) {
 		Log:          cfg.Logger.With("backend", "runc"),
 		Knows:        b.runcKnows,
 		Leftovers:    b.runcLeftovers,
-		MemoryLimit:  b.memoryLimit,
 	}
 	return b, nil
 }
@@ -129,19 +111,6 @@ func (b *Backend) runcLeftovers(id string) error {
 	return os.RemoveAll(filepath.Join(b.Cmd.Root, id))
 }
 
-// memoryLimit is the memory limit sandbox id was started with.
-func (b *Backend) memoryLimit(id string) uint64 {
-	data, err := os.ReadFile(filepath.Join(b.BundleDir(id), recordFile))
-	if err != nil {
-		return 0
-	}
-	var r record
-	if json.Unmarshal(data, &r) != nil {
-		return 0
-	}
-	return uint64(r.Limits.MemoryBytes)
-}
-
 // rootPath is where sandbox id's root is mounted: under the run directory
 // of this backend's Root (see mountRoot).
 func (b *Backend) rootPath(id string) string { return filepath.Join(b.roots, id) }
@@ -155,127 +124,50 @@ type record struct {
 }
 
 // Start boots spec: claim the bundle, make the network (whose address
-// block also picks the sandbox's host ids), mount the root, write the
-// spec, runc create and start. A failure undoes the steps done.
+// block also picks the sandbox's host ids), mount the root, then runc
+// create and start. A failure undoes the steps done.
 func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.Sandbox, retErr error) {
-	if spec == nil {
-		return nil, fmt.Errorf("runc start: nil spec: %w", errdefs.ErrInvalidArgument)
-	}
-	if err := oci.ValidateSpec(spec, floors); err != nil {
-		return nil, err
-	}
-	id := spec.ID
-	defer b.Locks.Lock(id)()
-	log := b.Log.With("sandbox", id, "op", "start")
-	begin := time.Now()
-	var undo cleanup.Stack
-	defer func() {
-		if retErr == nil {
-			return
-		}
-		if err := undo.Run(); err != nil {
-			log.Error("undo of a failed start left something behind", "err", err)
-			retErr = errors.Join(retErr, fmt.Errorf("cleanup: %w", err))
-		}
-		log.Info("start failed", "err", retErr, "took", time.Since(begin))
-	}()
-	cleanupCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	}
-
-	dir := b.BundleDir(id)
-	cgPath := b.CgroupsPath(id)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrAlreadyExists)
-		}
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
-	}
-	undo.Add(func() error { return oci.RemoveBundle(dir) })
-	if dirs, err := oci.CgroupDirs(cgPath); err != nil || len(dirs) > 0 {
-		return nil, fmt.Errorf("sandbox %q: cgroup %s in use (%v): %w", id, cgPath, err, errdefs.ErrAlreadyExists)
-	}
-	undo.Add(func() error { return unmountAll(dir, b.rootPath(id)) })
-	if err := oci.MountLog(dir); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
-	}
-
-	ep, err := b.Pool.Setup(ctx, id, spec.Network)
+	bt, err := b.BeginStart(ctx, spec, floors)
 	if err != nil {
 		return nil, err
 	}
-	undo.Add(func() error {
-		c, cancel := cleanupCtx()
-		defer cancel()
-		return b.Pool.Teardown(c, id)
-	})
+	defer bt.End(&retErr)
+	id, dir, root := spec.ID, bt.Dir, b.rootPath(spec.ID)
+	bt.Undo.Add(func() error { return unmountAll(dir, root) })
+	ep, err := bt.Network(spec)
+	if err != nil {
+		return nil, err
+	}
 	hostBase, err := b.hostIDBase(ep.SandboxAddr)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+		return nil, bt.Fail(err)
 	}
-
 	lim := resolveLimits(&b.cfg, spec.Resources)
 	if err := mountLower(spec.RootFS, dir, hostBase); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+		return nil, bt.Fail(err)
 	}
 	if err := makeDisk(ctx, spec.RootFS, dir, lim.DiskBytes, hostBase); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+		return nil, bt.Fail(err)
 	}
-	rootfs := b.rootPath(id)
-	if err := mountRoot(dir, rootfs); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	if err := mountRoot(dir, root); err != nil {
+		return nil, bt.Fail(err)
 	}
-
-	ociSpec := buildSpec(specInput{
+	bt.Step("root")
+	pid, err := bt.Run(buildSpec(specInput{
 		Spec:        b.WithNetwork(spec, ep),
-		RootPath:    rootfs,
+		RootPath:    root,
 		Limits:      lim,
 		NetNSPath:   ep.NetNSPath,
-		CgroupsPath: cgPath,
+		CgroupsPath: b.CgroupsPath(id),
 		HostIDBase:  hostBase,
 		LimitSwap:   b.limitSwap,
-	})
-	if err := oci.WriteJSON(filepath.Join(dir, specFile), ociSpec); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
-	}
-	console, err := os.OpenFile(oci.ConsolePath(dir), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	}), b.Cmd, nil)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+		return nil, err
 	}
-	defer console.Close()
-	undo.Add(func() error {
-		c, cancel := cleanupCtx()
-		defer cancel()
-		return errors.Join(b.Destroy(c, id), oci.RemoveCgroup(cgPath))
+	return bt.Done(ep, pid, func(sb backend.Sandbox) any {
+		return record{Sandbox: sb, Limits: lim, HostIDBase: hostBase, Labels: spec.Labels}
 	})
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sandbox %q: before runc create: %w", id, context.Cause(ctx))
-	}
-	// runc commands are not cut short by ctx (see oci.Context).
-	rctx, rcancel := oci.Context(ctx)
-	defer rcancel()
-	if err := b.Cmd.Create(rctx, id, dir, &gorunc.CreateOpts{IO: oci.FileIO{F: console}, PidFile: filepath.Join(dir, oci.PidFile)}); err != nil {
-		return nil, fmt.Errorf("sandbox %q: runc create: %w: %s", id, err, oci.Tail(oci.ConsolePath(dir), 2048))
-	}
-	if err := b.Cmd.Start(rctx, id); err != nil {
-		return nil, fmt.Errorf("sandbox %q: runc start: %w: %s", id, err, oci.Tail(oci.ConsolePath(dir), 2048))
-	}
-	pid, err := oci.ReadPid(filepath.Join(dir, oci.PidFile))
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
-	}
-	sb := backend.Sandbox{
-		ID:        id,
-		AgentAddr: net.JoinHostPort(ep.SandboxAddr.Addr().String(), strconv.Itoa(backend.AgentPort)),
-		Pid:       pid,
-		StartedAt: time.Now().UTC(),
-	}
-	if err := oci.WriteJSON(filepath.Join(dir, recordFile), record{Sandbox: sb, Limits: lim, HostIDBase: hostBase, Labels: spec.Labels}); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
-	}
-	undo.Release()
-	log.Info("sandbox started", "addr", sb.AgentAddr, "pid", pid, "took", time.Since(begin))
-	return &sb, nil
 }
 
 // hostIDBase is the first host id of the sandbox whose address is addr:

@@ -1,11 +1,14 @@
 package oci
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -47,9 +50,6 @@ type Runtime struct {
 	// Leftovers removes what a create cut short leaves of id in the
 	// runtime's root without registering the container.
 	Leftovers func(id string) error
-	// MemoryLimit is the memory limit sandbox id was started with, for
-	// Stats; zero when unknown.
-	MemoryLimit func(id string) uint64
 }
 
 // BundleDir is sandbox id's bundle directory.
@@ -268,7 +268,7 @@ func (r *Runtime) Stats(ctx context.Context, id string) (*backend.Stats, error) 
 	if st != backend.StateRunning {
 		return nil, fmt.Errorf("sandbox %q: stats: sandbox is %s: %w", id, st, errdefs.ErrFailedPrecondition)
 	}
-	s, err := r.Cmd.Stats(ctx, id)
+	s, err := r.stats(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %s events: %w", id, r.Name, err)
 	}
@@ -278,6 +278,31 @@ func (r *Runtime) Stats(ctx context.Context, id string) (*backend.Stats, error) 
 		MemoryLimitBytes: r.MemoryLimit(id),
 		Pids:             s.Pids.Current,
 	}, nil
+}
+
+// stats runs `<runtime> events --stats id` and decodes its one event. It
+// does not use go-runc's Stats, whose reader of the command's output can
+// be closed by the command's end before it has read ("file already
+// closed"), which a loaded host turns into failed stats.
+func (r *Runtime) stats(ctx context.Context, id string) (*gorunc.Stats, error) {
+	args := append([]string{"--root", r.Cmd.Root}, r.Cmd.ExtraArgs...)
+	args = append(args, "events", "--stats", id)
+	out, err := exec.CommandContext(ctx, r.Cmd.Command, args...).Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return nil, fmt.Errorf("%w: %s", err, bytes.TrimSpace(exit.Stderr))
+		}
+		return nil, err
+	}
+	var e gorunc.Event
+	if err := json.Unmarshal(out, &e); err != nil {
+		return nil, fmt.Errorf("its output %.200q: %w", out, err)
+	}
+	if e.Stats == nil {
+		return nil, fmt.Errorf("its event holds no stats: %.200q", out)
+	}
+	return e.Stats, nil
 }
 
 // Wait implements backend.Waiter: it blocks until the sandbox's process,
