@@ -43,11 +43,9 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
-	"regexp"
-	"strings"
 
+	"github.com/lightbearco/tupper/backend/internal/oci"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/network"
 )
@@ -121,8 +119,7 @@ type Config struct {
 }
 
 var (
-	platforms     = map[string]bool{"systrap": true, "ptrace": true, "kvm": true}
-	cgroupPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
+	platforms = map[string]bool{"systrap": true, "ptrace": true, "kvm": true}
 )
 
 // Validate reports whether c can make a Backend; zero optional fields are
@@ -144,7 +141,7 @@ func (c *Config) Validate() error {
 	if c.RunscPath != "" && !filepath.IsAbs(c.RunscPath) {
 		errs = append(errs, fmt.Errorf("RunscPath %q must be absolute", c.RunscPath))
 	}
-	if c.CgroupParent != "" && (!cgroupPattern.MatchString(c.CgroupParent) || path.Clean(c.CgroupParent) != c.CgroupParent || strings.Contains("/"+c.CgroupParent+"/", "/../")) {
+	if c.CgroupParent != "" && !oci.ValidCgroupParent(c.CgroupParent) {
 		errs = append(errs, fmt.Errorf("CgroupParent %q must be a relative cgroup path", c.CgroupParent))
 	}
 	if c.DefaultCPUs < 0 || c.DefaultMemoryBytes < 0 || c.DefaultPids < 0 || c.DefaultDiskBytes < 0 || c.HostPids < 0 {

@@ -49,16 +49,14 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
-	"regexp"
-	"strings"
 
+	"github.com/lightbearco/tupper/backend/internal/oci"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/network"
 )
 
-// Defaults for the zero fields of Config.
+// Defaults for the zero fields of Config, and of a Spec's Resources.
 const (
 	DefaultCgroupParent = "tupper-runc"
 	DefaultCPUs         = 1.0
@@ -108,15 +106,7 @@ type Config struct {
 	// CgroupParent is the cgroup under which each sandbox gets
 	// <CgroupParent>/<id>. Empty means DefaultCgroupParent.
 	CgroupParent string
-	// DefaultCPUs, DefaultMemoryBytes, DefaultPids and DefaultDiskBytes
-	// replace the zero fields of a Spec's Resources.
-	DefaultCPUs        float64
-	DefaultMemoryBytes int64
-	DefaultPids        int64
-	DefaultDiskBytes   int64
 }
-
-var cgroupPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
 
 // Validate reports whether c can make a Backend. Its errors are of class
 // errdefs.ErrInvalidArgument.
@@ -131,11 +121,8 @@ func (c *Config) Validate() error {
 	if c.RuncPath != "" && !filepath.IsAbs(c.RuncPath) {
 		errs = append(errs, fmt.Errorf("RuncPath %q must be absolute", c.RuncPath))
 	}
-	if c.CgroupParent != "" && (!cgroupPattern.MatchString(c.CgroupParent) || path.Clean(c.CgroupParent) != c.CgroupParent || strings.Contains("/"+c.CgroupParent+"/", "/../")) {
+	if c.CgroupParent != "" && !oci.ValidCgroupParent(c.CgroupParent) {
 		errs = append(errs, fmt.Errorf("CgroupParent %q must be a relative cgroup path", c.CgroupParent))
-	}
-	if c.DefaultCPUs < 0 || c.DefaultMemoryBytes < 0 || c.DefaultPids < 0 || c.DefaultDiskBytes < 0 {
-		errs = append(errs, errors.New("default resources must not be negative"))
 	}
 	if filepath.IsAbs(c.Root) {
 		n := c.withDefaults().Network
@@ -160,18 +147,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RunDir == "" {
 		c.RunDir = DefaultRunDir
-	}
-	if c.DefaultCPUs == 0 {
-		c.DefaultCPUs = DefaultCPUs
-	}
-	if c.DefaultMemoryBytes == 0 {
-		c.DefaultMemoryBytes = DefaultMemoryBytes
-	}
-	if c.DefaultPids == 0 {
-		c.DefaultPids = DefaultPids
-	}
-	if c.DefaultDiskBytes == 0 {
-		c.DefaultDiskBytes = DefaultDiskBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -142,7 +142,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	if err != nil {
 		return nil, bt.Fail(err)
 	}
-	lim := resolveLimits(&b.cfg, spec.Resources)
+	lim := resolveLimits(spec.Resources)
 	if err := mountLower(spec.RootFS, dir, hostBase); err != nil {
 		return nil, bt.Fail(err)
 	}

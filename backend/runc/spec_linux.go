@@ -61,22 +61,19 @@ type limits struct {
 	DiskBytes   int64   `json:"diskBytes"`
 }
 
-// resolveLimits fills the zero fields of r from cfg's defaults.
-func resolveLimits(cfg *Config, r backend.Resources) limits {
-	l := limits{CPUs: r.CPUs, MemoryBytes: r.MemoryBytes, Pids: r.Pids, DiskBytes: r.DiskBytes}
-	if l.CPUs == 0 {
-		l.CPUs = cfg.DefaultCPUs
+// resolveLimits is r with its zero fields at the package's defaults.
+func resolveLimits(r backend.Resources) limits {
+	or := func(v, def int64) int64 {
+		if v == 0 {
+			return def
+		}
+		return v
 	}
-	if l.MemoryBytes == 0 {
-		l.MemoryBytes = cfg.DefaultMemoryBytes
+	cpus := r.CPUs
+	if cpus == 0 {
+		cpus = DefaultCPUs
 	}
-	if l.Pids == 0 {
-		l.Pids = cfg.DefaultPids
-	}
-	if l.DiskBytes == 0 {
-		l.DiskBytes = cfg.DefaultDiskBytes
-	}
-	return l
+	return limits{CPUs: cpus, MemoryBytes: or(r.MemoryBytes, DefaultMemoryBytes), Pids: or(r.Pids, DefaultPids), DiskBytes: or(r.DiskBytes, DefaultDiskBytes)}
 }
 
 // perUserTasks is RLIMIT_NPROC for a sandbox of pids tasks.

@@ -3,7 +3,9 @@ package oci
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/lightbearco/tupper/backend"
@@ -78,4 +80,12 @@ func HasEnv(env []string, key string) bool {
 		}
 	}
 	return false
+}
+
+var cgroupPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
+
+// ValidCgroupParent reports whether p is a cgroup path relative to each
+// hierarchy's root, with no way up out of it.
+func ValidCgroupParent(p string) bool {
+	return cgroupPattern.MatchString(p) && path.Clean(p) == p && !strings.Contains("/"+p+"/", "/../")
 }
