@@ -3,7 +3,6 @@
 package gvisor_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -36,18 +35,7 @@ func TestConformance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() {
-				ctx := context.Background()
-				ids, err := b.List(ctx)
-				if err != nil {
-					t.Error(err)
-				}
-				for _, id := range ids {
-					if err := b.Stop(ctx, id); err != nil {
-						t.Errorf("cleanup: Stop(%s): %v", id, err)
-					}
-				}
-			})
+			backendtest.StopOnCleanup(t, b)
 			return b
 		},
 		RootFS:    testutil.TestRootFS(t),

@@ -25,6 +25,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/backendtest"
 	"github.com/lightbearco/tupper/backend/internal/oci"
 	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/network"
@@ -153,18 +154,7 @@ func newTestBackend(tb testing.TB, mutate ...func(*Config)) *Backend {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() {
-		ctx := context.Background()
-		ids, err := b.List(ctx)
-		if err != nil {
-			tb.Error(err)
-		}
-		for _, id := range ids {
-			if err := b.Stop(ctx, id); err != nil {
-				tb.Errorf("cleanup: %v", err)
-			}
-		}
-	})
+	backendtest.StopOnCleanup(tb, b)
 	return b
 }
 

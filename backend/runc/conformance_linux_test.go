@@ -1,7 +1,6 @@
 package runc_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -34,19 +33,8 @@ func newBackend(t *testing.T) *runc.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		ids, err := b.List(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		for _, id := range ids {
-			if err := b.Stop(ctx, id); err != nil {
-				t.Errorf("cleanup: Stop(%s): %v", id, err)
-			}
-		}
-		b.Close()
-	})
+	t.Cleanup(func() { b.Close() })
+	backendtest.StopOnCleanup(t, b)
 	return b
 }
 
