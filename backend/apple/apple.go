@@ -361,6 +361,9 @@ func (b *Backend) runArgs(spec *backend.Spec, ref, agentDir string) []string {
 		"--cpus", strconv.Itoa(max(1, int(math.Ceil(cpus)))),
 		"--memory", strconv.FormatInt((mem+(1<<20)-1)>>20, 10) + "M",
 		"--ulimit", fmt.Sprintf("nproc=%d:%d", pids, pids),
+		// The agent runs as root whatever user the image names: it
+		// starts each command as the user asked for.
+		"--user", "0:0",
 	}
 	env := spec.Env
 	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {

@@ -90,7 +90,7 @@ func TestStartStopArgv(t *testing.T) {
 		{"list", "--all", "--format", "json"},
 		{"image", "list", "--format", "json"},
 		{"image", "load", "--input", "ROOT/tmp/image-N.tar"},
-		{"run", "--detach", "--name", "sb1", "--cpus", "1", "--memory", "257M", "--ulimit", "nproc=128:128",
+		{"run", "--detach", "--name", "sb1", "--cpus", "1", "--memory", "257M", "--ulimit", "nproc=128:128", "--user", "0:0",
 			"--env", "PATH=/usr/bin:/bin", "--env", "LANG=C.UTF-8",
 			"--label", "tupper.id=sb1", "--label", "tupper.root=" + b.rootLabel,
 			"--mount", "type=bind,source=ROOT/agent,target=/.tupper,readonly",
@@ -116,7 +116,7 @@ func TestStartStopArgv(t *testing.T) {
 	}
 	want = [][]string{
 		{"list", "--all", "--format", "json"},
-		{"run", "--detach", "--name", "sb2", "--cpus", "2", "--memory", "1024M", "--ulimit", "nproc=1024:1024",
+		{"run", "--detach", "--name", "sb2", "--cpus", "2", "--memory", "1024M", "--ulimit", "nproc=1024:1024", "--user", "0:0",
 			"--env", defaultPath,
 			"--label", "tupper.id=sb2", "--label", "tupper.root=" + b.rootLabel,
 			"--mount", "type=bind,source=ROOT/agent,target=/.tupper,readonly",

@@ -381,6 +381,7 @@ var runFlags = []flagSpec{
 	{long: "mount", value: true},
 	{long: "entrypoint", value: true},
 	{long: "ulimit", value: true},
+	{long: "user", short: "u", value: true},
 }
 
 // runCmd is `container run`: create the container, then boot it. A
@@ -439,6 +440,9 @@ func (st *state) runCmd(ctx context.Context, args []string) error {
 			return fmt.Errorf("invalid --ulimit %q", u)
 		}
 		c.NProc = s
+	}
+	if u := o.last("user"); u != "" && u != "0:0" && u != "0" && u != "root" {
+		return fmt.Errorf("the stand-in runs entrypoints as root only, not as %q", u)
 	}
 	for _, m := range o.values["mount"] {
 		mt, err := parseMount(m)
