@@ -226,10 +226,9 @@ func New(cfg Config) (*Backend, error) {
 		}
 	}
 	// Archives a crashed process left half-written.
-	if left, _ := filepath.Glob(filepath.Join(cfg.Root, "tmp", "*")); len(left) > 0 {
-		for _, p := range left {
-			os.RemoveAll(p)
-		}
+	left, _ := filepath.Glob(filepath.Join(cfg.Root, "tmp", "*"))
+	for _, p := range left {
+		os.RemoveAll(p)
 	}
 	sum := sha256.Sum256([]byte(filepath.Clean(cfg.Root)))
 	c := &cli{path: path}
