@@ -369,7 +369,12 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	t = time.Now()
 	cgRel := cgroupRel(b.cfg.CgroupParent, id)
 	vmmLim := vmmLimits(b.cgroups.Version, lim.CPUs, lim.MemoryBytes)
-	undo.Add(func() error { return oci.RemoveCgroup(cgRel) })
+	undo.Add(func() error {
+		// What the VMM leaves in its cgroup gets stopGrace to end, as
+		// in Stop: the VMM itself is killed before this runs.
+		drainCgroup(cgRel, stopGrace)
+		return oci.RemoveCgroup(cgRel)
+	})
 	var cgDirs []string
 	if b.jailer == "" {
 		if cgDirs, err = makeVMMCgroup(b.cgroups, cgRel, vmmLim); err != nil {
@@ -414,7 +419,9 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
 	if cgDirs != nil {
-		if err := joinCgroup(cgDirs, pid); err != nil {
+		// A VMM that is gone already is reported by the wait below, with
+		// its output.
+		if err := joinCgroup(cgDirs, pid); err != nil && !errors.Is(err, unix.ESRCH) {
 			return nil, fmt.Errorf("sandbox %q: %w", id, err)
 		}
 	}

@@ -141,35 +141,51 @@ func leftovers(t testing.TB, b *Backend, id string) []string {
 		}
 		return nil
 	})
-	marks := []string{root, workBaseForTests, "/" + id}
+	// The stand-in's work directories of this sandbox: each names its
+	// sandbox in its id file.
+	ours := []string{root}
+	if entries, err := os.ReadDir(workBaseForTests); err == nil {
+		for _, e := range entries {
+			w := filepath.Join(workBaseForTests, e.Name())
+			if idb, err := os.ReadFile(filepath.Join(w, "id")); err == nil && string(idb) == id {
+				found = append(found, "stand-in work directory "+w)
+				ours = append(ours, w)
+			}
+		}
+	}
+	under := func(s string) bool {
+		for _, d := range ours {
+			if s == d || strings.HasPrefix(s, d+"/") {
+				return true
+			}
+		}
+		return false
+	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		cmdline, err := os.ReadFile(p)
 		if err != nil || filepath.Dir(p) == fmt.Sprintf("/proc/%d", os.Getpid()) {
 			continue
 		}
-		s := strings.ReplaceAll(string(cmdline), "\x00", " ")
 		for _, arg := range strings.Split(string(cmdline), "\x00") {
-			if arg == id || strings.HasPrefix(arg, root) || strings.HasPrefix(arg, workBaseForTests+"/") {
-				found = append(found, "process "+filepath.Base(filepath.Dir(p))+": "+s)
+			if arg == id || under(arg) {
+				found = append(found, "process "+filepath.Base(filepath.Dir(p))+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
 				break
 			}
 		}
 	}
 	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(mi), "\n") {
-			for _, m := range marks[:2] {
-				if strings.Contains(line, m+"/") || strings.Contains(line, " "+m+" ") {
-					found = append(found, "mount: "+line)
-					break
-				}
+			f := strings.Fields(line)
+			if len(f) > 4 && (under(f[4]) || filepath.Base(f[4]) == id && strings.HasPrefix(f[4], "/run/tupper/runc/")) {
+				found = append(found, "mount: "+line)
 			}
 		}
 	}
 	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, l := range loops {
 		bf, err := os.ReadFile(l)
-		if err == nil && (strings.HasPrefix(string(bf), root+"/") || strings.HasPrefix(string(bf), workBaseForTests+"/")) {
+		if err == nil && under(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(string(bf)), "(deleted)"))) {
 			found = append(found, "loop device "+filepath.Base(filepath.Dir(filepath.Dir(l)))+": "+strings.TrimSpace(string(bf)))
 		}
 	}
@@ -177,13 +193,6 @@ func leftovers(t testing.TB, b *Backend, id string) []string {
 		dirs, _ := oci.CgroupDirs(rel)
 		for _, d := range dirs {
 			found = append(found, "cgroup "+d)
-		}
-	}
-	if entries, err := os.ReadDir(workBaseForTests); err == nil {
-		for _, e := range entries {
-			if idb, err := os.ReadFile(filepath.Join(workBaseForTests, e.Name(), "id")); err == nil && string(idb) == id {
-				found = append(found, "stand-in work directory "+filepath.Join(workBaseForTests, e.Name()))
-			}
 		}
 	}
 	return found

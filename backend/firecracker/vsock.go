@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -92,8 +93,11 @@ func handshake(ctx context.Context, c net.Conn, req string) (string, error) {
 	b := make([]byte, 1)
 	for {
 		if _, err := c.Read(b); err != nil {
-			if errors.Is(err, io.EOF) {
+			switch {
+			case errors.Is(err, io.EOF) && len(line) == 0:
 				return "", &net.OpError{Op: "dial", Net: "vsock", Err: syscall.ECONNREFUSED}
+			case errors.Is(err, io.EOF):
+				return "", fmt.Errorf("the answer %q was cut short", line)
 			}
 			return "", ctxErr(ctx, err)
 		}
@@ -113,10 +117,14 @@ func handshake(ctx context.Context, c net.Conn, req string) (string, error) {
 	return strings.TrimSuffix(string(line), "\r"), nil
 }
 
-// ctxErr prefers ctx's error to the I/O error that its end caused.
+// ctxErr prefers ctx's error to the I/O error that its end caused: the
+// connection's deadline is ctx's, and may pass a moment before ctx says so.
 func ctxErr(ctx context.Context, err error) error {
 	if cerr := context.Cause(ctx); cerr != nil {
 		return cerr
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) && errors.Is(err, os.ErrDeadlineExceeded) {
+		return context.DeadlineExceeded
 	}
 	return err
 }

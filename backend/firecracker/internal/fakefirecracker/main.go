@@ -229,9 +229,31 @@ type vmm struct {
 	guest   *guest
 }
 
+// Test hooks, from the environment the backend passes on: RecordEnv
+// names a file to which every API request is appended as a JSON line
+// (method, path, body); FailEnv names one call ("PUT /vsock") that is
+// answered with a fault.
+const (
+	recordEnv = "TUPPER_FAKEFC_RECORD"
+	failEnv   = "TUPPER_FAKEFC_FAIL"
+)
+
 func (v *vmm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if path := os.Getenv(recordEnv); path != "" {
+		line, _ := json.Marshal(map[string]string{"method": r.Method, "path": r.URL.Path, "body": string(body)})
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+			f.Write(append(line, '\n'))
+			f.Close()
+		}
+	}
+	if os.Getenv(failEnv) == r.Method+" "+r.URL.Path {
+		fault(w, http.StatusBadRequest, "injected failure of "+r.Method+" "+r.URL.Path)
+		return
+	}
 	if v.state == "" {
 		v.state = "Not started"
 	}
