@@ -3,6 +3,7 @@ package local
 // The backends linked into tupper on Linux, each registering itself, as
 // containerd's builtins_*.go files do.
 import (
+	_ "github.com/lightbearco/tupper/backend/firecracker"
 	_ "github.com/lightbearco/tupper/backend/gvisor"
 	_ "github.com/lightbearco/tupper/backend/runc"
 )
