@@ -27,9 +27,11 @@ import (
 
 // What the backend puts into every distribution beside the image.
 const (
-	// distroDir holds what the backend adds. It is not backend.AgentMountDir
-	// itself, where other backends mount the agent, so that nothing the
-	// runtime puts there can hide it.
+	// distroDir holds what the backend adds. It is not
+	// backend.AgentMountDir's tupper-agent, where the other backends mount
+	// the agent: fakewsl runs each distribution with the runc backend,
+	// which mounts fakewsl's init there, and the agent must not be hidden
+	// by it.
 	distroDir = backend.AgentMountDir + "/wsl"
 	// distroAgent is the agent's path inside the distribution.
 	distroAgent = distroDir + "/tupper-agent"

@@ -66,6 +66,7 @@ type sandbox struct {
 	rec record
 	// cmd is the wsl.exe running the agent and done is closed when it
 	// has exited; both are nil for a sandbox an earlier process started.
+	// They and rec.Pid are set once the agent starts, under Backend.mu.
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -226,7 +227,10 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (*backend.Sandb
 		return nil, fmt.Errorf("sandbox %q: start the agent: %w", id, err)
 	}
 	undo.Add(func() error { b.endChild(sb); return nil })
-	if err := b.writeRecord(sb.rec); err != nil {
+	b.mu.Lock()
+	rec := sb.rec
+	b.mu.Unlock()
+	if err := b.writeRecord(rec); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
 	if err := b.waitReady(ctx, sb); err != nil {
@@ -234,7 +238,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (*backend.Sandb
 	}
 	undo.Release()
 	log.Info("sandbox started", "distro", distro, "agent", sb.agentAddr())
-	return &backend.Sandbox{ID: id, AgentAddr: sb.agentAddr(), Pid: sb.rec.Pid, StartedAt: sb.rec.StartedAt}, nil
+	return &backend.Sandbox{ID: id, AgentAddr: sb.agentAddr(), Pid: rec.Pid, StartedAt: rec.StartedAt}, nil
 }
 
 // checkPolicy refuses a policy that limits egress: all WSL 2 distributions
@@ -286,6 +290,14 @@ func (b *Backend) lookup(id string) *sandbox {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.boxes[id]
+}
+
+// exited returns the channel closed when the wsl.exe running sb's agent
+// exits, or nil when this process did not start one.
+func (b *Backend) exited(sb *sandbox) <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return sb.done
 }
 
 func (sb *sandbox) agentAddr() string {
@@ -442,6 +454,7 @@ func (b *Backend) waitReady(ctx context.Context, sb *sandbox) error {
 	defer cancel()
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	url := "http://" + sb.agentAddr() + "/health"
+	done := b.exited(sb)
 	var last error
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -455,7 +468,7 @@ func (b *Backend) waitReady(ctx context.Context, sb *sandbox) error {
 		}
 		last = err
 		select {
-		case <-sb.done:
+		case <-done:
 			return fmt.Errorf("the agent exited before it answered: %w; its log:\n%s", errdefs.ErrUnavailable, b.logTail(sb.rec.ID))
 		case <-ctx.Done():
 			return fmt.Errorf("the agent at %s did not answer (last: %v): %w (is localhostForwarding off in .wslconfig?); its log:\n%s",
@@ -487,9 +500,9 @@ func (b *Backend) State(ctx context.Context, id string) (backend.State, error) {
 		// A half-made sandbox of a crashed Start: nothing runs it.
 		return backend.StateStopped, nil
 	}
-	if sb.done != nil {
+	if done := b.exited(sb); done != nil {
 		select {
-		case <-sb.done:
+		case <-done:
 			return backend.StateStopped, nil
 		default:
 		}
@@ -648,9 +661,9 @@ func (b *Backend) Wait(ctx context.Context, id string) error {
 	if sb == nil {
 		return fmt.Errorf("sandbox %q: wait: %w", id, errdefs.ErrNotFound)
 	}
-	if sb.done != nil {
+	if done := b.exited(sb); done != nil {
 		select {
-		case <-sb.done:
+		case <-done:
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
