@@ -81,6 +81,7 @@ func testConformanceStandin(t *testing.T) {
 		RootFS:     testutil.TestRootFS(t),
 		AgentPath:  agentBinary(t, runtime.GOARCH),
 		Crash:      func(t *testing.T, id string) { crashStandin(t, s, id) },
+		NoDiskCap:  noDiskCap,
 	})
 }
 

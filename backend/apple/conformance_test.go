@@ -19,6 +19,9 @@ const testBackendEnv = "TUPPER_TEST_BACKEND"
 // backend: real/ with Apple's `container` on this Mac when
 // TUPPER_TEST_BACKEND=apple, standin/ otherwise, with the stand-in CLI
 // over runc sandboxes (Linux, root; see conformance_linux_test.go).
+// noDiskCap is why the disk check cannot pass on Apple's containers.
+const noDiskCap = "Apple's container has no per-container disk cap"
+
 func TestConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short mode: the conformance suite boots sandboxes")
@@ -57,6 +60,7 @@ func testConformanceReal(t *testing.T) {
 		},
 		RootFS:    root,
 		AgentPath: agentBinary(t, DefaultArch),
+		NoDiskCap: noDiskCap,
 		// A container killed from outside, as a crash of its VM would
 		// end it.
 		Crash: func(t *testing.T, id string) {

@@ -50,6 +50,11 @@ type Config struct {
 	// (for example by killing its host processes); with it, a backend
 	// that is a backend.Waiter is checked to notice.
 	Crash func(t *testing.T, id string)
+	// NoDiskCap, when set, says why the backend cannot cap a sandbox's
+	// disk (its platform has no way to): the disk check is reported as
+	// NOT SUPPORTED, by name, with this reason, rather than run. A backend
+	// that can cap disk must leave it empty.
+	NoDiskCap string
 }
 
 func (c *Config) validate(t *testing.T) {
