@@ -198,16 +198,27 @@ func unmountAll(dir, root string) error {
 	return errors.Join(errs...)
 }
 
-// makeRunDir makes dir and its parents up to an existing one, each
-// traversable by anyone (0711) but listable by root alone.
+// makeRunDir makes dir and its parents traversable by anyone: it makes
+// the missing ones 0711 (listable by root alone) and adds the search bits
+// to those that exist, taking nothing away from any (a parent may be
+// /tmp, 1777).
 func makeRunDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return err
 	}
-	for d := dir; d != "/" && d != "/run"; d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o711); err != nil {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
 			return err
 		}
+		if mode := fi.Mode(); mode.Perm()&0o111 != 0o111 {
+			keep := mode.Perm() | mode&(os.ModeSticky|os.ModeSetgid|os.ModeSetuid)
+			if err := os.Chmod(d, keep|0o111); err != nil {
+				return err
+			}
+		}
+		if d == "/" {
+			return nil
+		}
 	}
-	return nil
 }

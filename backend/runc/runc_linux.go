@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	gorunc "github.com/containerd/go-runc"
+	"golang.org/x/sys/unix"
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/backend/internal/oci"
@@ -187,6 +188,16 @@ func (b *Backend) hostIDBase(addr netip.Prefix) (uint32, error) {
 // floors are the smallest limits a runc sandbox takes: the agent's first
 // writes and ext4's own metadata must fit the disk.
 var floors = oci.Floors{MemoryBytes: 16 << 20, MemoryWhy: "too small for the agent", DiskBytes: 32 << 20, Pids: 16}
+
+// Close stops the backend's egress services and removes its roots'
+// directory if no sandbox is mounted there. Sandboxes keep running.
+func (b *Backend) Close() error {
+	err := b.Runtime.Close()
+	if rerr := os.Remove(b.roots); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && !errors.Is(rerr, unix.ENOTEMPTY) && !errors.Is(rerr, unix.EEXIST) {
+		err = errors.Join(err, rerr)
+	}
+	return err
+}
 
 // Stop kills sandbox id and removes all of it (see oci.Runtime.StopWith).
 // It is idempotent.
