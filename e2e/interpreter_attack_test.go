@@ -32,6 +32,22 @@ func TestInterpreterAttacks(t *testing.T) {
 	t.Run("a fork bomb in a cell leaves the sandbox running", func(t *testing.T) { attackForkBomb(t, d) })
 }
 
+// TestInterpreterAttacksOnRunc runs the attacks whose defence differs on
+// the runc backend, where a cell's process and the interpreter share the
+// host's kernel: reading the token out of the interpreter's memory is
+// refused by the kernel's own rules (the processes are undumpable), not
+// gVisor's.
+func TestInterpreterAttacksOnRunc(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots containers")
+	}
+	requireRunc(t)
+	d := startInterpreterDaemon(t, "--backend", "runc")
+	t.Run("outsiders cannot run code", func(t *testing.T) { attackOutsiders(t, d) })
+	t.Run("a cell cannot read the token", func(t *testing.T) { attackTokenFromCell(t, d) })
+	t.Run("a cell cannot take over the interpreter's port", func(t *testing.T) { attackShadowPort(t, d) })
+}
+
 // ciBox is a sandbox seen from outside, through the daemon's data plane.
 type ciBox struct {
 	d       *serveDaemon
@@ -299,8 +315,13 @@ for p in sorted(os.listdir('/proc'), key=lambda p: (not p.isdigit(), p)):
     except Exception:
         continue
     if b'tupper-agent' in cl:
+        # Offset 0 is never mapped: read at the start of a mapping the
+        # process's maps names, which succeeds when its memory is open.
         try:
-            open('/proc/%s/mem' % p, 'rb').read(1)
+            start = int(open('/proc/%s/maps' % p).readline().split('-')[0], 16)
+            with open('/proc/%s/mem' % p, 'rb') as m:
+                m.seek(start)
+                m.read(1)
             print('READABLE MEMORY', p)
         except Exception:
             pass

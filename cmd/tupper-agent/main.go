@@ -19,6 +19,10 @@ func main() {
 		vmInitMain()
 		return
 	}
+	if err := guardMemory(); err != nil {
+		fmt.Fprintln(os.Stderr, "tupper-agent:", err)
+		os.Exit(1)
+	}
 	if err := hideToken(); err != nil {
 		fmt.Fprintln(os.Stderr, "tupper-agent:", err)
 		os.Exit(1)
