@@ -108,16 +108,37 @@ func (o *CreateOptions) validate(cfg *Config) error {
 	if err := o.Network.Normalize(); err != nil {
 		return fmt.Errorf("create: %w", err)
 	}
-	for k := range o.Env {
+	total := 0
+	for k, v := range o.Env {
 		if !envName.MatchString(k) {
 			return fmt.Errorf("create: environment variable name %q is not valid: %w", k, errdefs.ErrInvalidArgument)
+		}
+		// Linux takes no argument or variable of 128 KiB or more to
+		// exec: the agent would not start, which a retry cannot mend.
+		if n := len(k) + 1 + len(v); n >= maxEnvEntry {
+			return fmt.Errorf("create: environment variable %q is %d bytes, at most %d: %w", k, n, maxEnvEntry-1, errdefs.ErrInvalidArgument)
+		}
+		total += len(k) + 1 + len(v)
+		if strings.ContainsRune(v, 0) {
+			return fmt.Errorf("create: environment variable %q holds a NUL byte: %w", k, errdefs.ErrInvalidArgument)
 		}
 		if strings.HasPrefix(k, reservedEnvPrefix) {
 			return fmt.Errorf("create: environment variable %q: names starting with %s are Tupper's own: %w", k, reservedEnvPrefix, errdefs.ErrInvalidArgument)
 		}
 	}
+	if total > maxEnvTotal {
+		return fmt.Errorf("create: the environment variables are %d bytes together, at most %d: %w", total, maxEnvTotal, errdefs.ErrInvalidArgument)
+	}
 	return nil
 }
+
+// maxEnvEntry bounds one KEY=VALUE (Linux's MAX_ARG_STRLEN, 128 KiB, less
+// its NUL), and maxEnvTotal all of them, well under the 2 MiB that exec
+// takes for arguments and environment together.
+const (
+	maxEnvEntry = 128 << 10
+	maxEnvTotal = 1 << 20
+)
 
 // Create boots a sandbox and returns once its agent answers, so that the
 // caller can use it at once. A failed create leaves nothing behind.

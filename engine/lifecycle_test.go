@@ -255,3 +255,28 @@ func TestMetadataBounds(t *testing.T) {
 		t.Errorf("metadata within bounds: %v", err)
 	}
 }
+
+// TestEnvBounds checks that environment variables the agent could never
+// be started with (exec refuses one of 128 KiB or more) are refused at
+// once, as the caller's mistake, rather than failing the boot as if the
+// host were at fault.
+func TestEnvBounds(t *testing.T) {
+	e := newEngineOn(t, backendtest.NewFake(), nil)
+	ctx := context.Background()
+	many := map[string]string{}
+	for i := range 12 {
+		many[fmt.Sprintf("V%d", i)] = strings.Repeat("v", 100<<10)
+	}
+	for name, env := range map[string]map[string]string{
+		"one too long": {"BIG": strings.Repeat("v", 128<<10)},
+		"all too long": many,
+		"NUL":          {"K": "a\x00b"},
+	} {
+		if _, err := e.Create(ctx, CreateOptions{Env: env}); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "environment") {
+			t.Errorf("%s: create = %v, want invalid argument naming the environment", name, err)
+		}
+	}
+	if _, err := e.Create(ctx, CreateOptions{Env: map[string]string{"K": strings.Repeat("v", 100<<10)}}); err != nil {
+		t.Errorf("a 100 KiB variable: %v", err)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -88,6 +90,7 @@ func (r *reaper) spawn(argv0 string, argv []string, attr *syscall.ProcAttr, onEx
 	if err != nil {
 		return 0, err
 	}
+	resetOOMScore(pid)
 	r.mu.Lock()
 	r.waiters[pid] = onExit
 	r.mu.Unlock()
@@ -259,4 +262,26 @@ func killGroup(pid int, sig syscall.Signal) error {
 		return fmt.Errorf("signal process group %d: %w", pid, err)
 	}
 	return nil
+}
+
+// agentShielded says whether the agent runs shielded from the kernel's
+// OOM killer (an oom_score_adj below 0, which a container runtime sets for
+// the sandbox's first process), read once.
+var agentShielded = sync.OnceValue(func() bool {
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return err == nil && n < 0
+})
+
+// resetOOMScore gives child pid the ordinary oom_score_adj, 0, when the
+// agent is shielded: the child inherited the shield, and the kernel's OOM
+// killer must be able to end the sandbox's processes, never the agent.
+func resetOOMScore(pid int) {
+	if !agentShielded() {
+		return
+	}
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("0"), 0)
 }

@@ -143,7 +143,10 @@ func makeDisk(ctx context.Context, image, dir string, size int64, hostBase uint3
 	if err := os.Mkdir(mnt, 0o700); err != nil {
 		return err
 	}
-	mount := exec.CommandContext(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev", img, mnt)
+	// errors=remount-ro: the file is sparse, so a host disk that fills
+	// under it fails the sandbox's writes (I/O errors) after they were
+	// taken; the file system then turns read-only rather than lose more.
+	mount := exec.CommandContext(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,errors=remount-ro", img, mnt)
 	if out, err := mount.CombinedOutput(); err != nil {
 		return fmt.Errorf("mount %s: %w: %s", img, err, out)
 	}
@@ -166,9 +169,19 @@ func makeDisk(ctx context.Context, image, dir string, size int64, hostBase uint3
 	return unix.Chmod(upper, st.Mode&0o7777)
 }
 
-// mountRoot mounts the overlay of <dir>/lower and <dir>/disk at target.
-func mountRoot(dir, target string) error {
-	if err := os.Mkdir(target, 0o711); err != nil {
+// mountRoot mounts the overlay of <dir>/lower and <dir>/disk at target,
+// in a directory of its own (target's parent) that only the sandbox's
+// host root, hostBase, may enter: runc's init, which runs as that uid,
+// walks through it, and no other host user reaches the sandbox's files.
+func mountRoot(dir, target string, hostBase uint32) error {
+	guard := filepath.Dir(target)
+	if err := os.Mkdir(guard, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chown(guard, int(hostBase), int(hostBase)); err != nil {
+		return err
+	}
+	if err := os.Mkdir(target, 0o700); err != nil {
 		return err
 	}
 	opts := "lowerdir=" + filepath.Join(dir, lowerDir) +
@@ -187,8 +200,12 @@ func unmountAll(dir, root string) error {
 	var errs []error
 	if err := oci.UnmountAll(root); err != nil {
 		errs = append(errs, err)
-	} else if err := os.Remove(root); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
+	} else {
+		for _, d := range []string{root, filepath.Dir(root)} {
+			if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
 	}
 	for _, d := range []string{diskDir, lowerDir, oci.LogDir} {
 		if err := oci.UnmountAll(filepath.Join(dir, d)); err != nil {

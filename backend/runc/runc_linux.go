@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
 
 	gorunc "github.com/containerd/go-runc"
 	"golang.org/x/sys/unix"
@@ -33,9 +35,13 @@ var (
 // pause, stats, network) is oci.Runtime's.
 type Backend struct {
 	*oci.Runtime
-	cfg       Config
-	roots     string
-	limitSwap bool
+	cfg        Config
+	roots      string
+	limitSwap  bool
+	shieldOnce sync.Once
+	// kernelTCP is the cgroup v1 memory hierarchy when it can limit
+	// socket buffers (see socketBufferBytes), else empty.
+	kernelTCP string
 }
 
 // New makes a Backend from cfg: it fills in defaults, finds runc and makes
@@ -72,7 +78,7 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runc backend: %w", err)
 	}
-	b := &Backend{cfg: cfg, roots: roots, limitSwap: oci.SwapLimitable()}
+	b := &Backend{cfg: cfg, roots: roots, limitSwap: oci.SwapLimitable(), kernelTCP: kernelTCPLimitable()}
 	b.Runtime = &oci.Runtime{
 		Name: "runc",
 		Cmd: &gorunc.Runc{
@@ -113,8 +119,9 @@ func (b *Backend) runcLeftovers(id string) error {
 }
 
 // rootPath is where sandbox id's root is mounted: under the run directory
-// of this backend's Root (see mountRoot).
-func (b *Backend) rootPath(id string) string { return filepath.Join(b.roots, id) }
+// of this backend's Root, in a directory of the sandbox's own (see
+// mountRoot).
+func (b *Backend) rootPath(id string) string { return filepath.Join(b.roots, id, "root") }
 
 // record is what the backend keeps about a running sandbox.
 type record struct {
@@ -150,7 +157,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	if err := makeDisk(ctx, spec.RootFS, dir, lim.DiskBytes, hostBase); err != nil {
 		return nil, bt.Fail(err)
 	}
-	if err := mountRoot(dir, root); err != nil {
+	if err := mountRoot(dir, root, hostBase); err != nil {
 		return nil, bt.Fail(err)
 	}
 	bt.Step("root")
@@ -162,13 +169,43 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		CgroupsPath: b.CgroupsPath(id),
 		HostIDBase:  hostBase,
 		LimitSwap:   b.limitSwap,
-	}), b.Cmd, nil)
+	}), b.Cmd, func() error { return b.afterCreate(id, dir, lim) })
 	if err != nil {
 		return nil, err
 	}
 	return bt.Done(ep, pid, func(sb backend.Sandbox) any {
 		return record{Sandbox: sb, Limits: lim, HostIDBase: hostBase, Labels: spec.Labels}
 	})
+}
+
+// afterCreate sets, between runc create and start (the sandbox's init
+// waits for start and has run nothing), what runc 1.1 does not set from
+// the spec or cannot from inside the user namespace: the limit that makes
+// cgroup v1 charge socket buffers (see socketBufferBytes), and the agent's
+// shield from the kernel's OOM killer, which must never pick the agent
+// (whose end is the sandbox's): lowering oom_score_adj takes the host's
+// root. The agent gives the commands it starts the ordinary 0 again.
+func (b *Backend) afterCreate(id, dir string, lim limits) error {
+	if b.kernelTCP != "" {
+		if err := os.WriteFile(filepath.Join(b.kernelTCP, b.CgroupsPath(id), "memory.kmem.tcp.limit_in_bytes"),
+			[]byte(strconv.FormatInt(lim.socketBufferBytes(), 10)), 0); err != nil {
+			return err
+		}
+	}
+	pid, err := oci.ReadPid(filepath.Join(dir, oci.PidFile))
+	if err != nil {
+		return err
+	}
+	err = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte("-1000"), 0)
+	if errors.Is(err, fs.ErrPermission) {
+		// A daemon without CAP_SYS_RESOURCE (itself in a container)
+		// cannot lower it: the agent is then as likely a pick as any.
+		b.shieldOnce.Do(func() {
+			b.Log.Warn("cannot shield sandboxes' agents from the kernel's OOM killer: the daemon lacks CAP_SYS_RESOURCE", "err", err)
+		})
+		return nil
+	}
+	return err
 }
 
 // hostIDBase is the first host id of the sandbox whose address is addr:
@@ -207,4 +244,20 @@ func (b *Backend) Stop(ctx context.Context, id string) error {
 	}
 	defer b.Locks.Lock(id)()
 	return b.StopWith(ctx, id, func(dir string) error { return unmountAll(dir, b.rootPath(id)) })
+}
+
+// kernelTCPLimitable returns the host's memory hierarchy when it is cgroup
+// v1 with a limit of socket buffers, which must be set for them to be
+// charged (v2 charges them always), and "" otherwise.
+func kernelTCPLimitable() string {
+	mounts, err := oci.CgroupMounts()
+	if err != nil {
+		return ""
+	}
+	for _, m := range mounts {
+		if _, err := os.Stat(filepath.Join(m, "memory.kmem.tcp.limit_in_bytes")); err == nil {
+			return m
+		}
+	}
+	return ""
 }

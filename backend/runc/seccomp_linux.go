@@ -31,17 +31,21 @@ var deniedSyscalls = []string{
 	// Reading other processes' memory or the kernel's log, I/O ports.
 	"process_vm_readv", "process_vm_writev", "kcmp", "syslog", "iopl", "ioperm",
 	"fanotify_init",
+	// The 32-bit socket multiplexer, whose arguments sit in memory where
+	// a filter cannot see them (socket's own rule below is on the
+	// native call).
+	"socketcall",
 }
 
 // seccompProfile returns the sandbox's system call filter for the Go
 // architecture arch: deniedSyscalls refused with EPERM, new user
 // namespaces refused (clone and unshare with CLONE_NEWUSER: inside one, a
 // process would hold every capability over the namespaces it makes, and
-// reach the kernel code that mounting and networking expose), and clone3
+// reach the kernel code that mounting and networking expose), clone3
 // answered ENOSYS, since its flags cannot be filtered, so that libc falls
-// back to clone.
+// back to clone, and vsock sockets refused as a kernel without them would.
 func seccompProfile(arch string) *specs.LinuxSeccomp {
-	eperm, enosys := uint(unix.EPERM), uint(unix.ENOSYS)
+	eperm, enosys, eafnosupport := uint(unix.EPERM), uint(unix.ENOSYS), uint(unix.EAFNOSUPPORT)
 	newUser := specs.LinuxSeccompArg{Index: 0, Value: unix.CLONE_NEWUSER, ValueTwo: unix.CLONE_NEWUSER, Op: specs.OpMaskedEqual}
 	return &specs.LinuxSeccomp{
 		DefaultAction: specs.ActAllow,
@@ -51,6 +55,10 @@ func seccompProfile(arch string) *specs.LinuxSeccomp {
 			{Names: []string{"unshare"}, Action: specs.ActErrno, ErrnoRet: &eperm, Args: []specs.LinuxSeccompArg{newUser}},
 			{Names: []string{"clone"}, Action: specs.ActErrno, ErrnoRet: &eperm, Args: []specs.LinuxSeccompArg{newUser}},
 			{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &enosys},
+			// vsock is not confined by network namespaces: on a host that
+			// is itself a VM, it would reach the hypervisor's services
+			// past the sandbox's firewall.
+			{Names: []string{"socket"}, Action: specs.ActErrno, ErrnoRet: &eafnosupport, Args: []specs.LinuxSeccompArg{{Index: 0, Value: unix.AF_VSOCK, Op: specs.OpEqualTo}}},
 		},
 	}
 }

@@ -2,7 +2,9 @@ package runc
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -46,6 +48,10 @@ var (
 		"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
 		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
 		"/sys/firmware", "/sys/devices/virtual/powercap",
+		// The host's network interfaces, other sandboxes' among them
+		// (their aliases name them): a sandbox's own are in its
+		// namespace, which netlink shows.
+		"/sys/class/net", "/sys/devices/virtual/net",
 		// Mounted under the host's /sys, which a sandbox sees bound.
 		"/sys/kernel/debug", "/sys/kernel/security", "/sys/kernel/tracing", "/sys/fs/bpf",
 		"/sys/fs/fuse/connections", "/sys/fs/pstore",
@@ -75,6 +81,13 @@ func resolveLimits(r backend.Resources) limits {
 	}
 	return limits{CPUs: cpus, MemoryBytes: or(r.MemoryBytes, DefaultMemoryBytes), Pids: or(r.Pids, DefaultPids), DiskBytes: or(r.DiskBytes, DefaultDiskBytes)}
 }
+
+// socketBufferBytes is the limit of a sandbox's socket buffers on cgroup
+// v1, which charges them to the memory cgroup (in a counter of their own)
+// only when it is set: without it, unread data in a sandbox's sockets
+// would be the host's memory, up to the host's tcp_mem. A quarter of the
+// memory limit, at least 16 MiB, on top of it.
+func (l limits) socketBufferBytes() int64 { return max(l.MemoryBytes/4, 16<<20) }
 
 // perUserTasks is RLIMIT_NPROC for a sandbox of pids tasks.
 func perUserTasks(pids int64) uint64 {
@@ -158,6 +171,14 @@ func buildSpec(in specInput) *specs.Spec {
 			{Destination: AgentPath, Type: "bind", Source: s.Agent.Path, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 		},
 		Linux: &specs.Linux{
+			// System V shared memory outlives its processes and counts
+			// towards the sandbox's memory: at most a quarter of it, so
+			// that with a full /dev/shm (half) the processes, the agent
+			// first, still have room.
+			Sysctl: map[string]string{
+				"kernel.shmmax": strconv.FormatInt(mem/4, 10),
+				"kernel.shmall": strconv.FormatInt(mem/4/int64(os.Getpagesize()), 10),
+			},
 			UIDMappings: idmap,
 			GIDMappings: idmap,
 			CgroupsPath: in.CgroupsPath,

@@ -60,7 +60,7 @@ func limitTasks(root string) error {
 	total := lim.Cur
 	written := false
 	for _, p := range []string{filepath.Join(root, "pids", "pids.max"), filepath.Join(root, "pids.max")} {
-		err := os.WriteFile(p, []byte(strconv.FormatUint(total, 10)), 0)
+		err := writeExisting(p, strconv.FormatUint(total, 10))
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.EROFS) {
 			// Not there, or mounted read-only by a runtime that holds the
 			// limit from the host (a container's cgroup).
@@ -77,4 +77,19 @@ func limitTasks(root string) error {
 	}
 	perUser := total - min(tasksReserve, total/8)
 	return unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: perUser, Max: perUser})
+}
+
+// writeExisting writes value into the file at p, which must exist: a
+// cgroup file is never made (a runtime's tmpfs at /sys/fs/cgroup would
+// take a new file and enforce nothing).
+func writeExisting(p, value string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
