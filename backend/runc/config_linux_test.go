@@ -5,9 +5,11 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/errdefs"
@@ -129,9 +131,24 @@ func TestSpecHardening(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range []string{"bpf", "keyctl", "io_uring_setup", "open_by_handle_at", "mount", "setns", "userfaultfd", "perf_event_open", "clone3"} {
+	for _, n := range []string{"bpf", "keyctl", "io_uring_setup", "open_by_handle_at", "mount", "setns", "userfaultfd", "perf_event_open", "clone3", "socketcall"} {
 		if !denied[n] {
 			t.Errorf("%s is not refused", n)
 		}
+	}
+	vsock := false
+	for _, rule := range sc.Syscalls {
+		if len(rule.Names) == 1 && rule.Names[0] == "socket" && len(rule.Args) == 1 && rule.Args[0].Value == unix.AF_VSOCK {
+			vsock = rule.Action == specs.ActErrno
+		}
+	}
+	if !vsock {
+		t.Error("vsock sockets are not refused: they cross network namespaces")
+	}
+	if s.Linux.Sysctl["kernel.shmmax"] != strconv.Itoa(256<<20) {
+		t.Errorf("kernel.shmmax %q, want a quarter of the memory limit", s.Linux.Sysctl["kernel.shmmax"])
+	}
+	if !slices.Contains(s.Linux.MaskedPaths, "/sys/class/net") {
+		t.Error("the host's interfaces (other sandboxes' ids in their aliases) are not masked")
 	}
 }
