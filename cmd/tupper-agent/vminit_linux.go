@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -125,7 +126,9 @@ func vmInit() error {
 		return err
 	}
 	if err := sandboxCgroup(cfg.Pids); err != nil {
-		return err
+		// As in the agent's own limits: a sandbox without its task
+		// limit still runs, and RLIMIT_NPROC holds each user.
+		fmt.Fprintln(os.Stderr, "tupper-agent init: no cgroup of the sandbox's own, so no task limit for all its users together:", err)
 	}
 	mounts := []struct {
 		source, target, fstype string
@@ -228,14 +231,26 @@ func loadModule(path string) error {
 	return nil
 }
 
+// vmDisksEnv, when set (the kernel passes its command line's
+// TUPPER_DISKS=vda,vdb to init as a variable), names the only block
+// devices findDisks looks at; by default it looks at all.
+const vmDisksEnv = "TUPPER_DISKS"
+
 // findDisks waits for the block devices labelled vmBaseLabel and
 // vmRWLabel and returns their device nodes.
 func findDisks(timeout time.Duration) (base, rw string, err error) {
+	var only []string
+	if v := os.Getenv(vmDisksEnv); v != "" {
+		only = strings.Split(v, ",")
+	}
 	deadline := time.Now().Add(timeout)
 	for {
 		entries, _ := os.ReadDir("/sys/class/block")
 		for _, e := range entries {
 			if _, err := os.Stat(filepath.Join("/sys/class/block", e.Name(), "partition")); err == nil {
+				continue
+			}
+			if only != nil && !slices.Contains(only, e.Name()) {
 				continue
 			}
 			dev := "/dev/" + e.Name()
@@ -381,7 +396,16 @@ func setLimits(pids int64) error {
 			return fmt.Errorf("RLIMIT_NPROC: %w", err)
 		}
 	}
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: vmOpenFilesSoft, Max: vmOpenFilesHard}); err != nil {
+	err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: vmOpenFilesSoft, Max: vmOpenFilesHard})
+	if errors.Is(err, unix.EPERM) {
+		// Without CAP_SYS_RESOURCE (a test's namespaces, not a VM's init)
+		// the hard limit cannot rise: keep it.
+		var cur unix.Rlimit
+		if err = unix.Getrlimit(unix.RLIMIT_NOFILE, &cur); err == nil {
+			err = unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: min(vmOpenFilesSoft, cur.Max), Max: cur.Max})
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("RLIMIT_NOFILE: %w", err)
 	}
 	return nil
