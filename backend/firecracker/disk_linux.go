@@ -155,9 +155,12 @@ func makeRWDisk(ctx context.Context, mkfs, path, staging string, size int64, boo
 	return nil
 }
 
-// runMkfs makes an ext4 file system of size bytes in the file at path,
-// which it creates sparse.
+// runMkfs makes an ext4 file system of size bytes, rounded up to whole
+// MiBs, in the file at path, which it creates sparse.
 func runMkfs(ctx context.Context, mkfs, path string, size int64, args ...string) error {
+	// Whole MiBs: a block device's size is whole sectors, and the file
+	// system's whole blocks.
+	size = (size + 1<<20 - 1) &^ (1<<20 - 1)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/backend/internal/oci"
 	"github.com/lightbearco/tupper/internal/testutil"
@@ -48,6 +50,20 @@ func standIn(t testing.TB) string {
 		t.Fatal(standInErr)
 	}
 	return standInPath
+}
+
+// standInJailer returns the stand-in jailer: the stand-in binary under
+// the name jailer, which makes it act as one.
+func standInJailer(t testing.TB) string {
+	t.Helper()
+	fc := standIn(t)
+	j := filepath.Join(filepath.Dir(fc), "jailer")
+	if _, err := os.Stat(j); err != nil {
+		if err := os.Link(fc, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return j
 }
 
 // needsStandInHost skips unless the host can run the stand-in's guests:
@@ -125,25 +141,27 @@ func leftovers(t testing.TB, b *Backend, id string) []string {
 	t.Helper()
 	var found []string
 	root := b.cfg.Root
+	// Only what is sandbox id's: its directory, its chroot, its uid
+	// lease; and in the cache, half-made files.
+	leases, _ := b.uids.holders()
 	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil || p == root {
 			return nil
 		}
-		rel, _ := filepath.Rel(root, p)
 		switch {
-		case strings.HasPrefix(rel, "cache"):
-			if strings.HasSuffix(p, ".tmp") {
-				found = append(found, "temporary file "+p)
-			}
-		case d.IsDir() && (rel == "sandboxes" || rel == "jail" || rel == "uids" || rel == filepath.Join("jail", filepath.Base(b.firecracker))):
-		default:
+		case p == b.sandboxDir(id) || p == b.jailDir(id):
 			found = append(found, "file "+p)
+			return filepath.SkipDir
+		case strings.HasPrefix(p, b.cache+"/") && strings.HasSuffix(p, ".tmp"):
+			found = append(found, "temporary file "+p)
+		case filepath.Dir(p) == b.uids.dir && leases[filepath.Base(p)] == id:
+			found = append(found, "uid lease "+p)
 		}
 		return nil
 	})
 	// The stand-in's work directories of this sandbox: each names its
 	// sandbox in its id file.
-	ours := []string{root}
+	ours := []string{b.sandboxDir(id), b.jailDir(id)}
 	if entries, err := os.ReadDir(workBaseForTests); err == nil {
 		for _, e := range entries {
 			w := filepath.Join(workBaseForTests, e.Name())
@@ -168,7 +186,7 @@ func leftovers(t testing.TB, b *Backend, id string) []string {
 			continue
 		}
 		for _, arg := range strings.Split(string(cmdline), "\x00") {
-			if arg == id || under(arg) {
+			if arg == id || arg == "--id="+id || under(arg) {
 				found = append(found, "process "+filepath.Base(filepath.Dir(p))+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
 				break
 			}
@@ -177,7 +195,7 @@ func leftovers(t testing.TB, b *Backend, id string) []string {
 	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(mi), "\n") {
 			f := strings.Fields(line)
-			if len(f) > 4 && (under(f[4]) || filepath.Base(f[4]) == id && strings.HasPrefix(f[4], "/run/tupper/runc/")) {
+			if len(f) > 4 && (under(f[4]) || strings.HasPrefix(f[4], "/run/tupper/runc/") && strings.Contains(f[4]+"/", "/"+id+"/")) {
 				found = append(found, "mount: "+line)
 			}
 		}
@@ -187,6 +205,13 @@ func leftovers(t testing.TB, b *Backend, id string) []string {
 		bf, err := os.ReadFile(l)
 		if err == nil && under(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(string(bf)), "(deleted)"))) {
 			found = append(found, "loop device "+filepath.Base(filepath.Dir(filepath.Dir(l)))+": "+strings.TrimSpace(string(bf)))
+		}
+	}
+	// The stand-in guest's network: its runc sandbox's veth.
+	links, _ := netlink.LinkList()
+	for _, l := range links {
+		if a := l.Attrs().Alias; strings.HasPrefix(a, "tupper:"+id+"@"+workBaseForTests+"/") {
+			found = append(found, "interface "+l.Attrs().Name+" ("+a+")")
 		}
 	}
 	for _, rel := range []string{cgroupRel(b.cfg.CgroupParent, id), "/tupper-runc/" + id} {

@@ -63,15 +63,17 @@ import (
 const workBase = "/run/tupper-fakefc"
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "watchdog" {
-		if err := watchdog(os.Args[2]); err != nil {
-			fmt.Fprintln(os.Stderr, "fakefirecracker watchdog:", err)
-			os.Exit(1)
-		}
-		return
+	var err error
+	switch {
+	case len(os.Args) > 2 && os.Args[1] == "watchdog":
+		err = watchdog(os.Args[2])
+	case filepath.Base(os.Args[0]) == "jailer":
+		err = jailer(os.Args[1:])
+	default:
+		err = run()
 	}
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "fakefirecracker:", err)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fakefirecracker (%s): %v\n", filepath.Base(os.Args[0]), err)
 		os.Exit(1)
 	}
 }
@@ -81,9 +83,13 @@ func run() error {
 	apiSock := fs.String("api-sock", "/run/firecracker.socket", "API socket")
 	id := fs.String("id", "anonymous-instance", "microVM id")
 	version := fs.Bool("version", false, "print the version")
+	// What the jailer passes on.
+	fs.Int64("start-time-us", 0, "")
+	fs.Int64("start-time-cpu-us", 0, "")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
+	*apiSock = inChroot(*apiSock)
 	if *version {
 		fmt.Println("Firecracker v0.0.0-stand-in (tupper's fakefirecracker)")
 		return nil
@@ -293,6 +299,7 @@ func (v *vmm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !preBoot() || !decode(&bs) {
 			return
 		}
+		bs.KernelImagePath, bs.InitrdPath = inChroot(bs.KernelImagePath), inChroot(bs.InitrdPath)
 		if _, err := os.Stat(bs.KernelImagePath); err != nil {
 			fault(w, http.StatusBadRequest, "The kernel file cannot be opened: "+err.Error())
 			return
@@ -308,6 +315,7 @@ func (v *vmm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fault(w, http.StatusBadRequest, "The id from the path does not match the id from the body!")
 			return
 		}
+		d.PathOnHost = inChroot(d.PathOnHost)
 		if _, err := os.Stat(d.PathOnHost); err != nil {
 			fault(w, http.StatusBadRequest, "Unable to create the block device: "+err.Error())
 			return
@@ -326,6 +334,7 @@ func (v *vmm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fault(w, http.StatusBadRequest, "Invalid guest CID")
 			return
 		}
+		vc.UDSPath = inChroot(vc.UDSPath)
 		v.vsock = &vc
 		w.WriteHeader(http.StatusNoContent)
 	case r.Method == http.MethodPut && r.URL.Path == "/actions":
@@ -745,23 +754,72 @@ func label(path string) string {
 }
 
 // loopMount mounts the ext4 file system in file at dir through a loop
-// device that goes with the mount.
+// device of its own (mount -o loop would share one with another stand-in
+// that mounts the same image), which unmount detaches.
 func loopMount(file, dir, mode string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	out, err := exec.Command("mount", "-t", "ext4", "-o", "loop,"+mode, file, dir).CombinedOutput()
+	args := []string{"--find", "--show"}
+	if mode == "ro" {
+		args = append(args, "--read-only")
+	}
+	var stderr strings.Builder
+	losetup := exec.Command("losetup", append(args, file)...)
+	losetup.Stderr = &stderr
+	out, err := losetup.Output()
 	if err != nil {
-		return fmt.Errorf("mount %s: %w: %s", file, err, out)
+		return fmt.Errorf("losetup %s: %w: %s", file, err, stderr.String())
+	}
+	dev := strings.TrimSpace(string(out))
+	if out, err := exec.Command("mount", "-t", "ext4", "-o", mode, dev, dir).CombinedOutput(); err != nil {
+		exec.Command("losetup", "-d", dev).Run()
+		return fmt.Errorf("mount %s (%s): %w: %s", file, dev, err, out)
 	}
 	return nil
 }
 
-// unmount unmounts dir if something is mounted there.
+// unmount unmounts dir if something is mounted there, detaches the loop
+// device under it and waits for it to let go of its file, as a VMM's exit
+// lets go of its disks.
 func unmount(dir string) error {
+	loop := loopOf(dir)
 	err := syscall.Unmount(dir, 0)
-	if err == nil || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOENT) {
+	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", dir, err)
+	}
+	if loop == "" {
 		return nil
 	}
-	return fmt.Errorf("unmount %s: %w", dir, err)
+	// Detaching a device still held (a file system going away a moment
+	// after its last mount) frees it when it is let go; wait for that.
+	backing := filepath.Join("/sys/block", loop, "loop", "backing_file")
+	if out, err := exec.Command("losetup", "-d", "/dev/"+loop).CombinedOutput(); err != nil {
+		if _, serr := os.Stat(backing); serr == nil {
+			return fmt.Errorf("detach %s: %w: %s", loop, err, out)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(backing); err != nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s still holds its file 10s after it was detached", loop)
+}
+
+// loopOf returns the loop device ("loop3") mounted at dir, if any.
+func loopOf(dir string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		for i, x := range f {
+			if x == "-" && len(f) > i+2 && len(f) > 4 && f[4] == dir && strings.HasPrefix(f[i+2], "/dev/loop") {
+				return strings.TrimPrefix(f[i+2], "/dev/")
+			}
+		}
+	}
+	return ""
 }
