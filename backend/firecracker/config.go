@@ -14,10 +14,12 @@
 // `mkfs.ext4 -d` from the unpacked root (label tupper-base, no journal),
 // once per image: cached by Spec.Image.ChainID, or by the root's path and
 // modification time when the root came from elsewhere than the image store.
+// (ext4 gives the disk a /lost+found, which sandboxes see at their root.)
 // Each sandbox gets a sparse ext4 disk of Resources.DiskBytes (label
 // tupper-rw) holding upper/ and work/ for an overlay, and the boot
 // configuration (tupper-boot.json: environment, agent arguments, host
-// name, task limit), which the guest reads and removes.
+// name, task limit), which the guest reads and removes. Disks are whole
+// MiBs.
 //
 // In the guest, the agent runs first as init (cmd/tupper-agent,
 // vminit_linux.go): it loads the modules, finds the two disks by label,

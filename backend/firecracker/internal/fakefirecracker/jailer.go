@@ -70,7 +70,7 @@ func jailer(args []string) error {
 	uid := fs.Int("uid", -1, "")
 	gid := fs.Int("gid", -1, "")
 	base := fs.String("chroot-base-dir", "/srv/jailer", "")
-	version := fs.Int("cgroup-version", 1, "")
+	cgroupVersion := fs.Int("cgroup-version", 1, "")
 	parent := fs.String("parent-cgroup", "", "")
 	var cgroups, limits multi
 	fs.Var(&cgroups, "cgroup", "")
@@ -78,8 +78,13 @@ func jailer(args []string) error {
 	fs.String("netns", "", "")
 	fs.Bool("daemonize", false, "")
 	fs.Bool("new-pid-ns", false, "")
+	version := fs.Bool("version", false, "")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *version {
+		fmt.Println("Jailer v0.0.0-stand-in (tupper's fakefirecracker)")
+		return nil
 	}
 	switch {
 	case !jailerID.MatchString(*id):
@@ -90,8 +95,8 @@ func jailer(args []string) error {
 		return errors.New("--uid and --gid are required")
 	case !filepath.IsAbs(*base):
 		return fmt.Errorf("chroot base %q must be absolute", *base)
-	case *version != 1 && *version != 2:
-		return fmt.Errorf("cgroup version %d", *version)
+	case *cgroupVersion != 1 && *cgroupVersion != 2:
+		return fmt.Errorf("cgroup version %d", *cgroupVersion)
 	}
 	name := filepath.Base(*execFile)
 	if *parent == "" {
@@ -105,7 +110,7 @@ func jailer(args []string) error {
 	if err := copyFile(*execFile, exe); err != nil {
 		return err
 	}
-	if err := joinCgroups(*version, *parent, *id, cgroups); err != nil {
+	if err := joinCgroups(*cgroupVersion, *parent, *id, cgroups); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
