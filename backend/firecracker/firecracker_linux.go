@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -218,13 +217,6 @@ func (b *Backend) resolve(r backend.Resources) limits {
 	return l
 }
 
-// vcpus is the microVM's vCPU count for a quota of cpus cores: enough
-// vCPUs to use the quota, which the VMM's cgroup then holds.
-func vcpus(cpus float64) int { return min(max(int(math.Ceil(cpus)), 1), maxVCPUs) }
-
-// memMiB is the microVM's memory size in MiB, rounded up.
-func memMiB(bytes int64) int64 { return (bytes + 1<<20 - 1) >> 20 }
-
 // bootArgs is the guest kernel's command line.
 func (b *Backend) bootArgs() string {
 	args := "console=ttyS0 reboot=k panic=1 pci=off quiet rdinit=" + initPath
@@ -232,14 +224,6 @@ func (b *Backend) bootArgs() string {
 		args += " " + b.cfg.BootArgs
 	}
 	return args
-}
-
-// agentArgs are the agent's arguments in the guest: the spec's, and the
-// vsock ports the host reaches it on.
-func agentArgs(spec *backend.Spec) []string {
-	return append(slices.Clone(spec.Agent.Args),
-		"--vsock-port", strconv.Itoa(AgentVsockPort),
-		"--vsock-forward-port", strconv.Itoa(ForwardVsockPort))
 }
 
 // Start boots spec as described by backend.Backend. Its steps: claim the
