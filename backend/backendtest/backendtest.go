@@ -83,7 +83,8 @@ type suite struct {
 // Run runs the conformance suite against the backend cfg.NewBackend makes.
 func Run(t *testing.T, cfg Config) {
 	cfg.validate(t)
-	s := &suite{cfg: cfg, b: cfg.NewBackend(t), tr: newTransport()}
+	s := &suite{cfg: cfg, b: cfg.NewBackend(t)}
+	s.tr = newTransport(s.b)
 	s.c = &sdk.Client{Transport: s.tr}
 
 	id := s.newID()
@@ -184,16 +185,15 @@ func (s *suite) startSpec(t *testing.T, spec *backend.Spec) *backend.Sandbox {
 	if info.ID != id {
 		t.Errorf("Start(%s) returned a sandbox with id %q", id, info.ID)
 	}
-	waitHealthy(t, info.AgentAddr, s.cfg.ReadyTimeout)
+	waitHealthy(t, s.tr.client(id, time.Second), s.tr.add(id, info.AgentAddr), s.cfg.ReadyTimeout)
 	t.Logf("sandbox %s: agent at %s answered %v after Start", id, info.AgentAddr, time.Since(begin).Round(time.Millisecond))
-	s.tr.add(id, info.AgentAddr)
 	return info
 }
 
-// waitHealthy polls the agent's GET /health until it answers 204.
-func waitHealthy(t *testing.T, addr string, bound time.Duration) {
+// waitHealthy polls the agent's GET /health, with client, until it
+// answers 204.
+func waitHealthy(t *testing.T, client *http.Client, addr string, bound time.Duration) {
 	t.Helper()
-	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(bound)
 	var last string
 	for {

@@ -3,27 +3,66 @@ package backendtest
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/sdk"
 )
 
 // transport is an sdk.Transport over sandboxes the suite started itself:
-// the data plane of each is its agent's address; the control plane, which
-// is the engine's business, is not there.
+// the data plane of each is its agent's address, reached as the engine
+// reaches it (through DialSandbox when the backend is a backend.Dialer);
+// the control plane, which is the engine's business, is not there.
 type transport struct {
+	b     backend.Backend
 	mu    sync.Mutex
 	addrs map[string]string // sandbox id → agent host:port
 }
 
-func newTransport() *transport { return &transport{addrs: map[string]string{}} }
+func newTransport(b backend.Backend) *transport {
+	return &transport{b: b, addrs: map[string]string{}}
+}
 
-func (tr *transport) add(id, addr string) {
+// client is the HTTP client that reaches sandbox id: over TCP to the
+// address asked for, or through the backend's DialSandbox at its port.
+func (tr *transport) client(id string, timeout time.Duration) *http.Client {
+	d, ok := tr.b.(backend.Dialer)
+	if !ok {
+		return &http.Client{Timeout: timeout}
+	}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			_, p, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			port, err := strconv.Atoi(p)
+			if err != nil {
+				return nil, err
+			}
+			return d.DialSandbox(ctx, id, port)
+		},
+	}}
+}
+
+// add records sandbox id's agent address and returns the host:port at
+// which the suite's HTTP reaches the agent: the address itself, or a name
+// of the sandbox's where the backend dials (its address is then for
+// diagnostics only).
+func (tr *transport) add(id, addr string) string {
+	if _, ok := tr.b.(backend.Dialer); ok {
+		addr = net.JoinHostPort(id+".sandbox", strconv.Itoa(backend.AgentPort))
+	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	tr.addrs[id] = addr
+	return addr
 }
 
 func (tr *transport) addr(id string) (string, error) {
@@ -68,5 +107,5 @@ func (tr *transport) DataPlane(ctx context.Context, id string) (*sdk.DataPlane, 
 	if err != nil {
 		return nil, err
 	}
-	return &sdk.DataPlane{BaseURL: "http://" + a}, nil
+	return &sdk.DataPlane{BaseURL: "http://" + a, Client: tr.client(id, 0)}, nil
 }

@@ -82,24 +82,24 @@ func TestConformance(t *testing.T) {
 
 func runConformance(t *testing.T, newBackend func(t *testing.T) *Backend) {
 	var (
-		b     *Backend
-		front *tcpFront
+		b   *Backend
+		rec *startRecorder
 	)
 	// Registered first, so run last: once every sandbox is stopped,
 	// nothing of any may be left.
 	t.Cleanup(func() {
-		if front == nil {
+		if rec == nil {
 			return
 		}
-		for _, id := range front.ids {
+		for _, id := range rec.ids {
 			noLeftovers(t, b, id)
 		}
 	})
 	backendtest.Run(t, backendtest.Config{
 		NewBackend: func(t *testing.T) backend.Backend {
 			b = newBackend(t)
-			front = newTCPFront(b)
-			return front
+			rec = &startRecorder{Backend: b}
+			return rec
 		},
 		RootFS:    testutil.TestRootFS(t),
 		AgentPath: testutil.AgentBinary(t),
