@@ -91,12 +91,8 @@ func newAPIClient(sock string) *apiClient {
 	return &apiClient{http: &http.Client{Transport: tr}}
 }
 
-// put, patch and get make one API call; body is encoded as JSON and out,
-// when not nil, decoded from the answer.
-func (c *apiClient) put(ctx context.Context, path string, body any) error {
-	return c.do(ctx, http.MethodPut, path, body, nil)
-}
-
+// patch and get make one API call; body is encoded as JSON and out, when
+// not nil, decoded from the answer.
 func (c *apiClient) patch(ctx context.Context, path string, body any) error {
 	return c.do(ctx, http.MethodPatch, path, body, nil)
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -265,9 +264,4 @@ func specFor(id, rootfs, agent string) *backend.Spec {
 		Env:    []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "TUPPER_ACCESS_TOKEN=tok-" + id},
 		Agent:  backend.Agent{Path: agent, Args: []string{"--addr", ":49983"}},
 	}
-}
-
-// contains reports whether argvs has argv.
-func contains(argvs [][]string, argv []string) bool {
-	return slices.ContainsFunc(argvs, func(a []string) bool { return slices.Equal(a, argv) })
 }
