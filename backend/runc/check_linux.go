@@ -48,6 +48,14 @@ func check(ctx context.Context) []backend.Finding {
 	}
 	out = append(out, userns)
 	out = append(out, kernelFinding())
+	shield := backend.Finding{What: "OOM shield", Optional: true, OK: hasCapSysResource()}
+	if shield.OK {
+		shield.Detail = "the kernel's OOM killer never picks a sandbox's agent"
+	} else {
+		shield.Detail = "no CAP_SYS_RESOURCE: a sandbox's agent can be the OOM killer's pick, which ends its sandbox"
+		shield.Fix = "run tupper serve with CAP_SYS_RESOURCE (a container that drops it cannot shield agents)"
+	}
+	out = append(out, shield)
 	return append(out, backend.Finding{What: "isolation", OK: true, Optional: true,
 		Detail: "a container: sandboxes share the host's kernel (hardened with a user namespace, seccomp and no capabilities beyond Docker's defaults); gvisor puts a kernel of its own between them"})
 }

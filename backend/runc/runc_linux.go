@@ -11,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
+	"strings"
 
 	gorunc "github.com/containerd/go-runc"
 	"golang.org/x/sys/unix"
@@ -35,10 +35,12 @@ var (
 // pause, stats, network) is oci.Runtime's.
 type Backend struct {
 	*oci.Runtime
-	cfg        Config
-	roots      string
-	limitSwap  bool
-	shieldOnce sync.Once
+	cfg       Config
+	roots     string
+	limitSwap bool
+	// canShield says whether the agent can be shielded from the OOM
+	// killer (see afterCreate).
+	canShield bool
 	// kernelTCP is the cgroup v1 memory hierarchy when it can limit
 	// socket buffers (see socketBufferBytes), else empty.
 	kernelTCP string
@@ -78,7 +80,7 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runc backend: %w", err)
 	}
-	b := &Backend{cfg: cfg, roots: roots, limitSwap: oci.SwapLimitable(), kernelTCP: kernelTCPLimitable()}
+	b := &Backend{cfg: cfg, roots: roots, limitSwap: oci.SwapLimitable(), kernelTCP: kernelTCPLimitable(), canShield: hasCapSysResource()}
 	b.Runtime = &oci.Runtime{
 		Name: "runc",
 		Cmd: &gorunc.Runc{
@@ -196,16 +198,29 @@ func (b *Backend) afterCreate(id, dir string, lim limits) error {
 	if err != nil {
 		return err
 	}
-	err = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte("-1000"), 0)
-	if errors.Is(err, fs.ErrPermission) {
+	if !b.canShield {
 		// A daemon without CAP_SYS_RESOURCE (itself in a container)
-		// cannot lower it: the agent is then as likely a pick as any.
-		b.shieldOnce.Do(func() {
-			b.Log.Warn("cannot shield sandboxes' agents from the kernel's OOM killer: the daemon lacks CAP_SYS_RESOURCE", "err", err)
-		})
+		// cannot lower it: the agent is then as likely a pick as any
+		// (tupper doctor says so).
 		return nil
 	}
-	return err
+	return os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte("-1000"), 0)
+}
+
+// hasCapSysResource reports whether this process may lower a process's
+// oom_score_adj: it holds CAP_SYS_RESOURCE.
+func hasCapSysResource() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<unix.CAP_SYS_RESOURCE) != 0
+		}
+	}
+	return false
 }
 
 // hostIDBase is the first host id of the sandbox whose address is addr:
