@@ -8,3 +8,12 @@ import _ "github.com/lightbearco/tupper/backend/apple"
 // macOS, Apple's containers (a VM per sandbox; macOS 26 on Apple silicon,
 // `container` 1.0 or later, see backend/apple).
 const DefaultBackend = "apple"
+
+// Elsewhere are the backends built for other operating systems, and what
+// each needs; `tupper doctor` lists them too.
+var Elsewhere = map[string]string{
+	"gvisor":      "Linux",
+	"runc":        "Linux 5.19 or later",
+	"firecracker": "Linux with KVM",
+	"wsl":         "Windows 11 with WSL 2",
+}

@@ -11,3 +11,10 @@ import (
 // DefaultBackend is the backend a runtime uses unless told otherwise: the
 // one this host runs best.
 const DefaultBackend = "gvisor"
+
+// Elsewhere are the backends built for other operating systems, and what
+// each needs; `tupper doctor` lists them too.
+var Elsewhere = map[string]string{
+	"apple": "macOS 26 on Apple silicon, with Apple's container CLI 1.0 or later",
+	"wsl":   "Windows 11 with WSL 2",
+}

@@ -5,3 +5,13 @@ package local
 // DefaultBackend is the backend a runtime uses unless told otherwise; this
 // OS has none yet.
 const DefaultBackend = "none"
+
+// Elsewhere are the backends built for other operating systems, and what
+// each needs; `tupper doctor` lists them too.
+var Elsewhere = map[string]string{
+	"gvisor":      "Linux",
+	"runc":        "Linux 5.19 or later",
+	"firecracker": "Linux with KVM",
+	"apple":       "macOS 26 on Apple silicon, with Apple's container CLI 1.0 or later",
+	"wsl":         "Windows 11 with WSL 2",
+}

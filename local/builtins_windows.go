@@ -8,3 +8,12 @@ import _ "github.com/lightbearco/tupper/backend/wsl"
 // Windows, WSL 2 (one distribution per sandbox; see backend/wsl for what
 // its sandboxes share).
 const DefaultBackend = "wsl"
+
+// Elsewhere are the backends built for other operating systems, and what
+// each needs; `tupper doctor` lists them too.
+var Elsewhere = map[string]string{
+	"gvisor":      "Linux",
+	"runc":        "Linux 5.19 or later",
+	"firecracker": "Linux with KVM",
+	"apple":       "macOS 26 on Apple silicon, with Apple's container CLI 1.0 or later",
+}

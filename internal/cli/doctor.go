@@ -3,9 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -46,6 +48,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 
 func runDoctor(ctx context.Context, g *globals, o *doctorOptions) error {
 	rep := doctorReport{OS: runtime.GOOS, Arch: runtime.GOARCH, Default: g.backend, Backends: o.checks(ctx), Host: hostFindings(g)}
+	rep.Backends = append(rep.Backends, elsewhere(rep.Backends)...)
 	if rep.Default == "" {
 		rep.Default = local.DefaultBackend
 	}
@@ -133,4 +136,22 @@ func hostFindings(g *globals) []backend.Finding {
 		st.Detail += ": not there yet (the first tupper serve makes it)"
 	}
 	return append(out, st)
+}
+
+// elsewhere reports the backends built for other operating systems
+// (local.Elsewhere) that have no report of their own here: they do not
+// work on this host, and say where they do.
+func elsewhere(have []backend.Report) []backend.Report {
+	var out []backend.Report
+	for _, name := range slices.Sorted(maps.Keys(local.Elsewhere)) {
+		if slices.ContainsFunc(have, func(r backend.Report) bool { return r.Backend == name }) {
+			continue
+		}
+		out = append(out, backend.Report{Backend: name, Checked: true, Findings: []backend.Finding{{
+			What:   "operating system",
+			Detail: fmt.Sprintf("runs on %s; not built into tupper for %s", local.Elsewhere[name], runtime.GOOS),
+			Fix:    "run tupper there, or point this tupper at a daemon there (TUPPER_API_URL)",
+		}}})
+	}
+	return out
 }

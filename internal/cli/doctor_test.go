@@ -11,6 +11,7 @@ import (
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/internal/testutil"
+	"github.com/lightbearco/tupper/local"
 )
 
 // TestDoctorOnThisHost runs the real self-checks: where runsc runs and the
@@ -34,6 +35,20 @@ func TestDoctorOnThisHost(t *testing.T) {
 	for _, f := range rep.Backends[i].Findings {
 		if f.What == "runsc" && !strings.Contains(f.Detail, "runsc") {
 			t.Errorf("the runsc finding does not say which runsc: %+v", f)
+		}
+	}
+	// Every backend is listed, those of other systems with where they run.
+	for _, name := range []string{"gvisor", "runc", "firecracker", "apple", "wsl"} {
+		j := slices.IndexFunc(rep.Backends, func(r backend.Report) bool { return r.Backend == name })
+		if j < 0 {
+			t.Errorf("doctor does not list backend %s", name)
+			continue
+		}
+		if where, ok := local.Elsewhere[name]; ok {
+			r := rep.Backends[j]
+			if r.Works || len(r.Findings) != 1 || !strings.Contains(r.Findings[0].Detail, where) {
+				t.Errorf("backend %s of another system: %+v; want it not working here and saying it needs %s", name, r, where)
+			}
 		}
 	}
 }
