@@ -2,9 +2,14 @@ package backend
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/lightbearco/tupper/errdefs"
 )
 
 // Factory makes a Backend from its configuration.
@@ -70,4 +75,47 @@ func unregisterForTest(name string) {
 	checksMu.Lock()
 	delete(checks, name)
 	checksMu.Unlock()
+}
+
+// Opens makes a backend's Factory from its two halves: configFrom maps the
+// registry's Config (root, logger, options, network) onto the backend's
+// own config, and newBackend makes the backend from that.
+func Opens[C any, B Backend](configFrom func(Config) (C, error), newBackend func(C) (B, error)) Factory {
+	return func(c Config) (Backend, error) {
+		cfg, err := configFrom(c)
+		if err != nil {
+			return nil, err
+		}
+		b, err := newBackend(cfg)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return b, nil
+	}
+}
+
+// CheckOptions fails with errdefs.ErrInvalidArgument when opts holds a key
+// that is not in known, so that a typo in a backend's option does not go
+// unnoticed.
+func CheckOptions(name string, opts map[string]string, known []string) error {
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
+		if !slices.Contains(known, k) {
+			return fmt.Errorf("%s: unknown option %q (known: %s): %w", name, k, strings.Join(known, ", "), errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// BoolOption reads option key of opts as a boolean: false when it is not
+// set, an errdefs.ErrInvalidArgument error when it is not one.
+func BoolOption(name string, opts map[string]string, key string) (bool, error) {
+	v, ok := opts[key]
+	if !ok {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s: option %s=%q is not a boolean: %w", name, key, v, errdefs.ErrInvalidArgument)
+	}
+	return b, nil
 }

@@ -2,8 +2,11 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/lightbearco/tupper/errdefs"
 )
 
 type nopBackend struct{}
@@ -51,5 +54,37 @@ func TestRegisterPanics(t *testing.T) {
 			}()
 			tt.reg()
 		})
+	}
+}
+
+func TestOptionHelpers(t *testing.T) {
+	if err := CheckOptions("x", map[string]string{"a": "1"}, []string{"a", "b"}); err != nil {
+		t.Errorf("known option: %v", err)
+	}
+	err := CheckOptions("x", map[string]string{"a": "1", "typo": "2"}, []string{"a", "b"})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `"typo"`) || !strings.Contains(err.Error(), "a, b") {
+		t.Errorf("unknown option: %v, want invalid argument naming it and the known ones", err)
+	}
+	for v, want := range map[string]bool{"true": true, "1": true, "false": false} {
+		if got, err := BoolOption("x", map[string]string{"k": v}, "k"); err != nil || got != want {
+			t.Errorf("BoolOption(%q) = %v, %v", v, got, err)
+		}
+	}
+	if got, err := BoolOption("x", nil, "k"); err != nil || got {
+		t.Errorf("unset: %v, %v", got, err)
+	}
+	if _, err := BoolOption("x", map[string]string{"k": "maybe"}, "k"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("not a boolean: %v", err)
+	}
+}
+
+// TestOpensNeverTypedNil: a failing constructor of a pointer type gives a
+// nil Backend, not an interface holding a nil pointer.
+func TestOpensNeverTypedNil(t *testing.T) {
+	type fake struct{ Backend }
+	f := Opens(func(c Config) (string, error) { return c.Root, nil }, func(string) (*fake, error) { return nil, errors.New("no") })
+	b, err := f(Config{Root: "/r"})
+	if err == nil || b != nil {
+		t.Fatalf("Opens = %v, %v; want nil and the error", b, err)
 	}
 }

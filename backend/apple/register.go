@@ -2,7 +2,6 @@ package apple
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/lightbearco/tupper/backend"
@@ -22,28 +21,14 @@ import (
 var optionKeys = []string{"agent", "arch", "container", "cpus", "memory-mb", "pids"}
 
 func init() {
-	backend.Register("apple", open)
+	backend.Register("apple", backend.Opens(configFrom, New))
 	backend.RegisterCheck("apple", check)
-}
-
-func open(c backend.Config) (backend.Backend, error) {
-	cfg, err := configFrom(c)
-	if err != nil {
-		return nil, err
-	}
-	b, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
 }
 
 // configFrom maps the registry's generic config onto Config.
 func configFrom(c backend.Config) (Config, error) {
-	for k := range c.Options {
-		if !slices.Contains(optionKeys, k) {
-			return Config{}, fmt.Errorf("apple: unknown option %q (known: %v): %w", k, optionKeys, errdefs.ErrInvalidArgument)
-		}
+	if err := backend.CheckOptions("apple", c.Options, optionKeys); err != nil {
+		return Config{}, err
 	}
 	if c.Network.NoEgress {
 		return Config{}, fmt.Errorf("apple: egress cannot be turned off: Apple's containers reach whatever the Mac reaches through vmnet's NAT, and the backend cannot seal them: %w", errdefs.ErrNotSupported)

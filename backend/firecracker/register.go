@@ -1,12 +1,7 @@
 package firecracker
 
 import (
-	"fmt"
-	"slices"
-	"strconv"
-
 	"github.com/lightbearco/tupper/backend"
-	"github.com/lightbearco/tupper/errdefs"
 )
 
 // Options understood in backend.Config.Options:
@@ -21,31 +16,14 @@ import (
 var optionKeys = []string{"boot-args", "firecracker", "jailer", "kernel", "no-jailer"}
 
 func init() {
-	backend.Register("firecracker", open)
+	backend.Register("firecracker", backend.Opens(configFrom, New))
 	backend.RegisterCheck("firecracker", check)
-}
-
-func open(c backend.Config) (backend.Backend, error) {
-	cfg, err := configFrom(c)
-	if err != nil {
-		return nil, err
-	}
-	if !c.Network.NoEgress {
-		cfg.withDefaults().Logger.Warn("firecracker sandboxes have no network interface: they get no egress whatever their policy says", "backend", "firecracker")
-	}
-	b, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
 }
 
 // configFrom maps the registry's generic config onto Config.
 func configFrom(c backend.Config) (Config, error) {
-	for k := range c.Options {
-		if !slices.Contains(optionKeys, k) {
-			return Config{}, fmt.Errorf("firecracker: unknown option %q (known: %v): %w", k, optionKeys, errdefs.ErrInvalidArgument)
-		}
+	if err := backend.CheckOptions("firecracker", c.Options, optionKeys); err != nil {
+		return Config{}, err
 	}
 	cfg := Config{
 		Root:            c.Root,
@@ -55,12 +33,13 @@ func configFrom(c backend.Config) (Config, error) {
 		KernelDir:       c.Options["kernel"],
 		BootArgs:        c.Options["boot-args"],
 	}
-	if v, ok := c.Options["no-jailer"]; ok {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return Config{}, fmt.Errorf("firecracker: option no-jailer=%q: %w", v, errdefs.ErrInvalidArgument)
-		}
-		cfg.NoJailer = b
+	noJailer, err := backend.BoolOption("firecracker", c.Options, "no-jailer")
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.NoJailer = noJailer
+	if !c.Network.NoEgress {
+		cfg.withDefaults().Logger.Warn("firecracker sandboxes have no network interface: they get no egress whatever their policy says", "backend", "firecracker")
 	}
 	return cfg, cfg.Validate()
 }

@@ -2,12 +2,9 @@ package gvisor
 
 import (
 	"fmt"
-	"slices"
-	"strconv"
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/backend/internal/oci"
-	"github.com/lightbearco/tupper/errdefs"
 )
 
 // Options understood in backend.Config.Options:
@@ -20,20 +17,8 @@ import (
 var optionKeys = []string{"debug", "platform", "runsc"}
 
 func init() {
-	backend.Register("gvisor", open)
+	backend.Register("gvisor", backend.Opens(configFrom, New))
 	backend.RegisterCheck("gvisor", check)
-}
-
-func open(c backend.Config) (backend.Backend, error) {
-	cfg, err := configFrom(c)
-	if err != nil {
-		return nil, err
-	}
-	b, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
 }
 
 // configFrom maps the registry's generic config onto Config.
@@ -49,17 +34,9 @@ func configFrom(c backend.Config) (Config, error) {
 		return Config{}, fmt.Errorf("gvisor: %w", err)
 	}
 	cfg.Egress, cfg.IPv6 = egress, ipv6
-	for k := range c.Options {
-		if !slices.Contains(optionKeys, k) {
-			return Config{}, fmt.Errorf("gvisor: unknown option %q (known: %v): %w", k, optionKeys, errdefs.ErrInvalidArgument)
-		}
+	if err := backend.CheckOptions("gvisor", c.Options, optionKeys); err != nil {
+		return Config{}, err
 	}
-	if v, ok := c.Options["debug"]; ok {
-		d, err := strconv.ParseBool(v)
-		if err != nil {
-			return Config{}, fmt.Errorf("gvisor: option debug=%q: %w", v, errdefs.ErrInvalidArgument)
-		}
-		cfg.Debug = d
-	}
-	return cfg, nil
+	cfg.Debug, err = backend.BoolOption("gvisor", c.Options, "debug")
+	return cfg, err
 }

@@ -2,11 +2,9 @@ package runc
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/backend/internal/oci"
-	"github.com/lightbearco/tupper/errdefs"
 )
 
 // Options understood in backend.Config.Options:
@@ -17,23 +15,18 @@ import (
 var optionKeys = []string{"runc"}
 
 func init() {
-	backend.Register("runc", open)
+	backend.Register("runc", backend.Opens(configFrom, New))
 	backend.RegisterCheck("runc", check)
 }
 
-func open(c backend.Config) (backend.Backend, error) {
-	for k := range c.Options {
-		if !slices.Contains(optionKeys, k) {
-			return nil, fmt.Errorf("runc: unknown option %q (known: %v): %w", k, optionKeys, errdefs.ErrInvalidArgument)
-		}
+// configFrom maps the registry's generic config onto Config.
+func configFrom(c backend.Config) (Config, error) {
+	if err := backend.CheckOptions("runc", c.Options, optionKeys); err != nil {
+		return Config{}, err
 	}
 	egress, ipv6, err := oci.Egress(c)
 	if err != nil {
-		return nil, fmt.Errorf("runc: %w", err)
+		return Config{}, fmt.Errorf("runc: %w", err)
 	}
-	b, err := New(Config{Root: c.Root, Logger: c.Logger, RuncPath: c.Options["runc"], Egress: egress, IPv6: ipv6})
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
+	return Config{Root: c.Root, Logger: c.Logger, RuncPath: c.Options["runc"], Egress: egress, IPv6: ipv6}, nil
 }

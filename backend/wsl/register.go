@@ -2,7 +2,6 @@ package wsl
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -19,20 +18,8 @@ import (
 var optionKeys = []string{"ports", "wsl"}
 
 func init() {
-	backend.Register("wsl", open)
+	backend.Register("wsl", backend.Opens(configFrom, New))
 	backend.RegisterCheck("wsl", check)
-}
-
-func open(c backend.Config) (backend.Backend, error) {
-	cfg, err := configFrom(c)
-	if err != nil {
-		return nil, err
-	}
-	b, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
 }
 
 // configFrom maps the registry's generic config onto Config. A host whose
@@ -42,10 +29,8 @@ func configFrom(c backend.Config) (Config, error) {
 	if c.Network.NoEgress {
 		return Config{}, fmt.Errorf("wsl: sandboxes without egress: %w: WSL 2 distributions share the VM's network", errdefs.ErrNotSupported)
 	}
-	for k := range c.Options {
-		if !slices.Contains(optionKeys, k) {
-			return Config{}, fmt.Errorf("wsl: unknown option %q (known: %v): %w", k, optionKeys, errdefs.ErrInvalidArgument)
-		}
+	if err := backend.CheckOptions("wsl", c.Options, optionKeys); err != nil {
+		return Config{}, err
 	}
 	cfg := Config{Root: c.Root, Logger: c.Logger, WSLPath: c.Options["wsl"]}
 	if v, ok := c.Options["ports"]; ok {
