@@ -64,6 +64,7 @@ import (
 	"time"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/internal/idlock"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/internal/cleanup"
 )
@@ -198,7 +199,7 @@ type Backend struct {
 	rootLabel string
 	agents    *agentDir
 	images    *imageLoader
-	locks     idLocks
+	locks     idlock.Locks
 
 	diskOnce sync.Once // the warning that disk is not capped
 }
@@ -252,7 +253,7 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		return nil, err
 	}
 	id := spec.ID
-	unlock := b.locks.lock(id)
+	unlock := b.locks.Lock(id)
 	defer unlock()
 	log := b.log.With("sandbox", id)
 
@@ -488,7 +489,7 @@ func (b *Backend) State(ctx context.Context, id string) (backend.State, error) {
 // Stop kills sandbox id's container and deletes it. A sandbox the backend
 // holds nothing for is stopped already.
 func (b *Backend) Stop(ctx context.Context, id string) error {
-	unlock := b.locks.lock(id)
+	unlock := b.locks.Lock(id)
 	defer unlock()
 	if err := b.remove(ctx, id); err != nil {
 		return fmt.Errorf("apple: stop sandbox %q: %w", id, err)
@@ -571,38 +572,4 @@ func (b *Backend) Stats(ctx context.Context, id string) (*backend.Stats, error) 
 		return nil, fmt.Errorf("apple: stats of sandbox %q: %w", id, err)
 	}
 	return st, nil
-}
-
-// idLocks serializes the calls for one id.
-type idLocks struct {
-	mu sync.Mutex
-	m  map[string]*idLock
-}
-
-type idLock struct {
-	sync.Mutex
-	refs int
-}
-
-func (l *idLocks) lock(id string) (unlock func()) {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = map[string]*idLock{}
-	}
-	e := l.m[id]
-	if e == nil {
-		e = &idLock{}
-		l.m[id] = e
-	}
-	e.refs++
-	l.mu.Unlock()
-	e.Lock()
-	return func() {
-		e.Unlock()
-		l.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(l.m, id)
-		}
-		l.mu.Unlock()
-	}
 }

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/internal/idlock"
 	"github.com/lightbearco/tupper/backend/internal/oci"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/internal/cleanup"
@@ -69,7 +70,7 @@ type Backend struct {
 	cache       string
 	chrootBase  string
 	uids        uidLeases
-	locks       oci.IDLocks
+	locks       idlock.Locks
 
 	// cacheMu serializes the making of cached files by this process;
 	// lockFile keeps other processes out.

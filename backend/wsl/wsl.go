@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/lightbearco/tupper/backend"
-	"github.com/lightbearco/tupper/backend/internal/oci"
+	"github.com/lightbearco/tupper/backend/internal/idlock"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/internal/atomicfile"
 	"github.com/lightbearco/tupper/internal/cleanup"
@@ -36,7 +36,7 @@ type Backend struct {
 	cli *cli
 	log *slog.Logger
 
-	locks oci.IDLocks // per sandbox id, and per image key
+	locks idlock.Locks // per sandbox id, and per image key
 
 	mu    sync.Mutex
 	boxes map[string]*sandbox // every sandbox the backend holds a record of

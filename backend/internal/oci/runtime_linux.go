@@ -17,6 +17,7 @@ import (
 	gorunc "github.com/containerd/go-runc"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/backend/internal/idlock"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/netpolicy"
 	"github.com/lightbearco/tupper/network"
@@ -43,7 +44,7 @@ type Runtime struct {
 	Pool         *network.Pool
 	// Egress is nil when sandboxes have no egress.
 	Egress *network.Egress
-	Locks  IDLocks
+	Locks  idlock.Locks
 	Log    *slog.Logger
 	// Knows reports whether the runtime keeps state for container id.
 	Knows func(id string) (bool, error)

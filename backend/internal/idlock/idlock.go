@@ -1,10 +1,12 @@
-package oci
+// Package idlock serializes what backends do to one sandbox while letting
+// calls for different sandboxes run at once.
+package idlock
 
 import "sync"
 
-// IDLocks serializes the calls for one id and lets calls for different ids
+// Locks serializes the calls for one id and lets calls for different ids
 // run at once.
-type IDLocks struct {
+type Locks struct {
 	mu sync.Mutex
 	m  map[string]*idLock
 }
@@ -15,7 +17,7 @@ type idLock struct {
 }
 
 // lock locks id and returns the function that unlocks it.
-func (l *IDLocks) Lock(id string) (unlock func()) {
+func (l *Locks) Lock(id string) (unlock func()) {
 	l.mu.Lock()
 	if l.m == nil {
 		l.m = map[string]*idLock{}
