@@ -19,35 +19,12 @@ import (
 	"github.com/lightbearco/tupper/internal/testutil"
 )
 
-var (
-	standInOnce sync.Once
-	standInPath string
-	standInErr  error
-)
-
 // standIn returns the stand-in firecracker binary
 // (internal/fakefirecracker), built once per test binary. It is named
 // firecracker, as the jailer wants.
 func standIn(t testing.TB) string {
 	t.Helper()
-	standInOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "tupper-fakefc-bin-")
-		if err != nil {
-			standInErr = err
-			return
-		}
-		standInPath = filepath.Join(dir, "firecracker")
-		cmd := exec.Command("go", "build", "-o", standInPath, "./backend/firecracker/internal/fakefirecracker")
-		cmd.Dir = testutil.ModuleRoot()
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			standInErr = fmt.Errorf("build the stand-in: %w: %s", err, out)
-		}
-	})
-	if standInErr != nil {
-		t.Fatal(standInErr)
-	}
-	return standInPath
+	return testutil.StaticBinary(t, "./backend/firecracker/internal/fakefirecracker", "firecracker")
 }
 
 // standInJailer returns the stand-in jailer: the stand-in binary under

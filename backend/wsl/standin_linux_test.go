@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,34 +20,11 @@ import (
 	"github.com/lightbearco/tupper/internal/testutil"
 )
 
-var (
-	standInOnce sync.Once
-	standInPath string
-	standInErr  error
-)
-
 // standInBinary builds fakewsl once per test binary, static: it is also
 // the first process of the runc sandboxes it makes.
 func standInBinary(t testing.TB) string {
 	t.Helper()
-	standInOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fakewsl-")
-		if err != nil {
-			standInErr = err
-			return
-		}
-		standInPath = filepath.Join(dir, "wsl.exe")
-		cmd := exec.Command("go", "build", "-o", standInPath, "./backend/wsl/internal/fakewsl")
-		cmd.Dir = testutil.ModuleRoot()
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			standInErr = fmt.Errorf("%v: %s", err, out)
-		}
-	})
-	if standInErr != nil {
-		t.Fatalf("build fakewsl: %v", standInErr)
-	}
-	return standInPath
+	return testutil.StaticBinary(t, "./backend/wsl/internal/fakewsl", "wsl.exe")
 }
 
 // standIn is one test's fakewsl: its state directory and the log of every

@@ -9,16 +9,10 @@ import (
 	"testing"
 )
 
-var (
-	agentOnce sync.Once
-	agentPath string
-	agentErr  error
-)
-
 // AgentBinary returns the path of a static tupper-agent binary for tests.
 // $TUPPER_AGENT wins when set (the test script builds it once for every
-// package); otherwise the agent is built once per test binary with
-// CGO_ENABLED=0 into a temporary directory.
+// package); otherwise the agent is built once per test binary (see
+// StaticBinary).
 func AgentBinary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("TUPPER_AGENT"); p != "" {
@@ -27,24 +21,51 @@ func AgentBinary(t testing.TB) string {
 		}
 		return p
 	}
-	agentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "tupper-agent-test-")
+	return StaticBinary(t, "./cmd/tupper-agent", "tupper-agent")
+}
+
+var (
+	builtMu sync.Mutex
+	built   = map[string]*builtBinary{} // by package and name
+)
+
+type builtBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// StaticBinary builds the main package pkg (a path relative to the module
+// root, "./cmd/tupper-agent") with CGO_ENABLED=0 into a temporary file
+// named name, once per test binary, and returns its path: the agent, and
+// the stand-ins of the platforms a backend drives (a fake VMM or CLI).
+func StaticBinary(t testing.TB, pkg, name string) string {
+	t.Helper()
+	builtMu.Lock()
+	b := built[pkg+"\x00"+name]
+	if b == nil {
+		b = &builtBinary{}
+		built[pkg+"\x00"+name] = b
+	}
+	builtMu.Unlock()
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "tupper-test-bin-")
 		if err != nil {
-			agentErr = err
+			b.err = err
 			return
 		}
-		agentPath = filepath.Join(dir, "tupper-agent")
-		cmd := exec.Command("go", "build", "-o", agentPath, "./cmd/tupper-agent")
+		b.path = filepath.Join(dir, name)
+		cmd := exec.Command("go", "build", "-o", b.path, pkg)
 		cmd.Dir = ModuleRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = &buildError{out: string(out), err: err}
+			b.err = &buildError{out: string(out), err: err}
 		}
 	})
-	if agentErr != nil {
-		t.Fatalf("build tupper-agent: %v", agentErr)
+	if b.err != nil {
+		t.Fatalf("build %s: %v", pkg, b.err)
 	}
-	return agentPath
+	return b.path
 }
 
 type buildError struct {
