@@ -41,6 +41,28 @@ type (
 	vmState struct {
 		State string `json:"state"`
 	}
+	// snapshotCreate is PUT /snapshot/create's body: a full snapshot
+	// (the whole guest memory), which needs no dirty page tracking.
+	snapshotCreate struct {
+		SnapshotType string `json:"snapshot_type"`
+		SnapshotPath string `json:"snapshot_path"`
+		MemFilePath  string `json:"mem_file_path"`
+	}
+	// snapshotLoad is PUT /snapshot/load's body. It leaves out
+	// track_dirty_pages (enable_diff_snapshots, deprecated, in older
+	// releases),
+	// which only diff snapshots need, and the overrides of later
+	// releases: the drives and the vsock socket are found at the paths
+	// they had when the snapshot was made.
+	snapshotLoad struct {
+		SnapshotPath string        `json:"snapshot_path"`
+		MemBackend   memoryBackend `json:"mem_backend"`
+		ResumeVM     bool          `json:"resume_vm"`
+	}
+	memoryBackend struct {
+		BackendType string `json:"backend_type"` // "File" or "Uffd"
+		BackendPath string `json:"backend_path"`
+	}
 	// instanceInfo is GET /'s answer.
 	instanceInfo struct {
 		ID         string `json:"id"`
@@ -206,6 +228,24 @@ func (c *apiClient) pause(ctx context.Context) error {
 
 func (c *apiClient) resume(ctx context.Context) error {
 	return c.patch(ctx, "/vm", vmState{State: "Resumed"})
+}
+
+// createSnapshot writes a full snapshot of the paused microVM: its state
+// to statePath and its memory to memPath, paths as the VMM sees them.
+// Firecracker resets the guest's vsock connections as it does.
+func (c *apiClient) createSnapshot(ctx context.Context, statePath, memPath string) error {
+	return c.do(ctx, http.MethodPut, "/snapshot/create", snapshotCreate{SnapshotType: "Full", SnapshotPath: statePath, MemFilePath: memPath}, nil)
+}
+
+// loadSnapshot makes the fresh VMM the microVM of a snapshot, its memory
+// mapped from the file at memPath, and runs it. It must be the VMM's first
+// configuration; a VMM whose load failed exits.
+func (c *apiClient) loadSnapshot(ctx context.Context, statePath, memPath string) error {
+	return c.do(ctx, http.MethodPut, "/snapshot/load", snapshotLoad{
+		SnapshotPath: statePath,
+		MemBackend:   memoryBackend{BackendType: "File", BackendPath: memPath},
+		ResumeVM:     true,
+	}, nil)
 }
 
 // info returns GET /.

@@ -116,6 +116,16 @@ func TestAPIOperations(t *testing.T) {
 	}{
 		{"pause", (*apiClient).pause, []apiCallRecord{{"PATCH", "/vm", `{"state":"Paused"}`}}},
 		{"resume", (*apiClient).resume, []apiCallRecord{{"PATCH", "/vm", `{"state":"Resumed"}`}}},
+		// A full snapshot needs no dirty page tracking; the paths are
+		// the VMM's own.
+		{"create snapshot", func(c *apiClient, ctx context.Context) error {
+			return c.createSnapshot(ctx, "/checkpoint.vmstate", "/checkpoint.mem")
+		}, []apiCallRecord{{"PUT", "/snapshot/create", `{"snapshot_type":"Full","snapshot_path":"/checkpoint.vmstate","mem_file_path":"/checkpoint.mem"}`}}},
+		// The memory from a file, mapped as the guest reads it, and the
+		// microVM resumed by the load itself.
+		{"load snapshot", func(c *apiClient, ctx context.Context) error {
+			return c.loadSnapshot(ctx, "restore.vmstate", "restore.mem")
+		}, []apiCallRecord{{"PUT", "/snapshot/load", `{"snapshot_path":"restore.vmstate","mem_backend":{"backend_type":"File","backend_path":"restore.mem"},"resume_vm":true}`}}},
 		{"info", func(c *apiClient, ctx context.Context) error {
 			i, err := c.info(ctx)
 			if err == nil && (i.State != instanceRunning || i.VMMVersion != "1.16.1") {

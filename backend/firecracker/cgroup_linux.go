@@ -20,6 +20,11 @@ type cgroupHost struct {
 	// CPU and Memory are the mount points of the v1 hierarchies of the
 	// controllers, or both the unified hierarchy's.
 	CPU, Memory string
+	// CPUAcct is the mount point of the v1 hierarchy of the cpuacct
+	// controller, which counts CPU time: often CPU's own (cpu,cpuacct),
+	// sometimes a hierarchy of its own, empty when the host has none.
+	// Unused on v2, where cpu.stat counts it.
+	CPUAcct string
 }
 
 // findCgroups finds the hierarchies of the cpu and memory controllers: v1
@@ -37,6 +42,9 @@ func findCgroups() (cgroupHost, error) {
 		}
 		if _, err := os.Stat(filepath.Join(m, "memory.limit_in_bytes")); err == nil && h.Memory == "" {
 			h.Memory = m
+		}
+		if _, err := os.Stat(filepath.Join(m, "cpuacct.usage")); err == nil && h.CPUAcct == "" {
+			h.CPUAcct = m
 		}
 	}
 	if h.CPU != "" && h.Memory != "" {
@@ -65,13 +73,30 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// acctDir is the directory of cgroup rel in the v1 cpuacct hierarchy when
+// that hierarchy is neither the cpu nor the memory one, else "". The
+// jailer makes the VMM's cgroup only in the hierarchies of the files it
+// writes, and cpuacct has none it could (cpuacct.usage takes only 0, and
+// the jailer first copies the parent's value into it): the backend makes
+// that one itself, so that the VMM's CPU time is counted apart.
+func (h cgroupHost) acctDir(rel string) string {
+	if h.Version != 1 || h.CPUAcct == "" || h.CPUAcct == h.CPU || h.CPUAcct == h.Memory {
+		return ""
+	}
+	return filepath.Join(h.CPUAcct, rel)
+}
+
 // makeVMMCgroup makes cgroup rel in the hierarchies of h with limits, as
-// the jailer would, and returns its directories. On v2 it first enables
-// the controllers for the cgroups on the way down.
+// the jailer would, and in a cpuacct hierarchy of its own (see acctDir),
+// and returns its directories. On v2 it first enables the controllers for
+// the cgroups on the way down.
 func makeVMMCgroup(h cgroupHost, rel string, limits []cgroupLimit) ([]string, error) {
 	dirs := []string{filepath.Join(h.CPU, rel)}
 	if h.Memory != h.CPU {
 		dirs = append(dirs, filepath.Join(h.Memory, rel))
+	}
+	if d := h.acctDir(rel); d != "" {
+		dirs = append(dirs, d)
 	}
 	if h.Version == 2 {
 		parts := strings.Split(strings.Trim(rel, "/"), "/")
@@ -92,15 +117,30 @@ func makeVMMCgroup(h cgroupHost, rel string, limits []cgroupLimit) ([]string, er
 		}
 	}
 	for _, l := range limits {
-		dir := dirs[0]
+		dir := filepath.Join(h.CPU, rel)
 		if strings.HasPrefix(l.File, "memory.") {
-			dir = dirs[len(dirs)-1]
+			dir = filepath.Join(h.Memory, rel)
 		}
 		if err := os.WriteFile(filepath.Join(dir, l.File), []byte(l.Value), 0); err != nil {
 			return dirs, fmt.Errorf("cgroup %s: %s=%s: %w", dir, l.File, l.Value, err)
 		}
 	}
 	return dirs, nil
+}
+
+// joinAcctCgroup puts the jailed VMM pid in cgroup rel of the cpuacct
+// hierarchy, when that one is apart (see acctDir). The jailer becomes
+// Firecracker in place, so the pid is the VMM's from its start; threads
+// it makes later are born there.
+func joinAcctCgroup(h cgroupHost, rel string, pid int) error {
+	d := h.acctDir(rel)
+	if d == "" {
+		return nil
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	return joinCgroup([]string{d}, pid)
 }
 
 // joinCgroup moves process pid (all its threads) into the cgroup

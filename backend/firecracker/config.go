@@ -51,23 +51,62 @@
 // sandbox from Config.JailerUIDBase up), and puts it in a cgroup
 // <CgroupParent>/<id> whose cpu quota is Resources.CPUs and whose memory
 // limit is the microVM's size plus the VMM's overhead
-// (vmmOverheadBytes). The backend drives Firecracker over its REST API on
-// the API socket directly: machine config, boot source, the two drives, the
-// vsock device, InstanceStart; PATCH /vm pauses and resumes.
+// (vmmOverheadBytes). On cgroup v1 hosts that mount cpuacct apart from
+// cpu, the backend puts the VMM in <CgroupParent>/<id> of that hierarchy
+// too (the jailer makes cgroups only where it writes a limit), so that its
+// CPU time is counted apart. The backend drives Firecracker over its REST
+// API on the API socket directly: machine config, boot source, the two
+// drives, the vsock device, InstanceStart; PATCH /vm pauses and resumes.
+// The VMM names its disks and vsock socket by the same paths in every
+// sandbox: in the chroot's root with the jailer, relative to its working
+// directory (the sandbox's) without, where the image disk is a link to the
+// cache. A snapshot restored into another sandbox finds them so.
 //
 // Everything the backend makes lives under Config.Root:
 //
 //	<Root>/cache/                  initramfs and image disks, shared by sandboxes
 //	<Root>/sandboxes/<id>/         one directory per sandbox: the mark that the
 //	                               backend owns id, made first and removed last
-//	    sandbox.json, pid          what Start returned, and Firecracker's pid
+//	    sandbox.json, pid          what Start or Restore returned, and Firecracker's pid
 //	    console.log                Firecracker's output: its log and the guest's console
-//	    api.sock, v.sock, rw.ext4  the API and vsock sockets, the writable disk
+//	    api.sock, v.sock           the API and vsock sockets,
+//	    base.ext4, rw.ext4         the image disk (a link to the cache) and the writable disk,
+//	    restore.vmstate, .mem      and a restored sandbox's snapshot (links to the checkpoint's)
 //	                               (without the jailer; with it they are in the chroot)
 //	<Root>/jail/<exec>/<id>/root/  the jailer's chroot of sandbox id
 //	<Root>/uids/<n>                the lease of uid JailerUIDBase+n, holding the id
 //
 // plus the cgroup <CgroupParent>/<id> in each hierarchy.
+//
+// # Checkpoints and stats
+//
+// The backend is a backend.Checkpointer through Firecracker's snapshots
+// (Firecracker 1.8 or later). Checkpoint pauses the microVM (PATCH /vm),
+// has Firecracker write a full snapshot into its root (PUT
+// /snapshot/create: the microVM's state and its whole memory; no dirty
+// page tracking, which only diff snapshots need) and moves both into the
+// checkpoint directory with a copy of the writable disk (reflinked where
+// the file system shares blocks, sparse otherwise), then writes
+// manifest.json: the sandbox's id, Firecracker's version, the agent's
+// SHA-256, the image disk's key and ChainID, the layout (jailed or not),
+// the microVM's size and each file's size. The sandbox stays paused, and
+// Firecracker's vsock reset has closed the connections to its guest.
+// Restore starts a new VMM, as Start does, in a root of the same layout —
+// the image disk by the spec's image, the checkpoint's state and memory
+// linked in (readable by the jailed VMM's group only), a copy of its disk
+// — and loads the snapshot before any other configuration (PUT
+// /snapshot/load with a File memory backend and resume_vm). It refuses a
+// checkpoint of another format, Firecracker version, image, agent or
+// layout. The guest's memory stays mapped from the checkpoint's memory
+// file for the sandbox's life; the restored guest's clock resumes from the
+// checkpoint's moment, and its vsock connections were closed: the engine
+// dials the agent again. The tests' stand-in cannot save a runc sandbox's
+// memory: its snapshot keeps the guest frozen instead (see
+// internal/fakefirecracker).
+//
+// The backend is a backend.StatsReader from the host side: the VMM's
+// cgroup's CPU time and memory (less inactive file cache), and the
+// microVM's size as the memory limit; see Stats.
 //
 // # The guest kernel
 //

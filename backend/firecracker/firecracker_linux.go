@@ -2,6 +2,7 @@ package firecracker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -172,25 +173,40 @@ func (b *Backend) apiSockPath(id string) string {
 
 func (b *Backend) vsockPath(id string) string { return filepath.Join(b.vmRoot(id), vsockName) }
 
-// guestPath is how the VMM of sandbox id names the file name in its root.
-func (b *Backend) guestPath(id, name string) string {
+// guestPath is how the VMM names the file name in its root: in the
+// chroot's root with the jailer; relative to its working directory, the
+// sandbox's directory, without. Either way the path is the same for every
+// sandbox, as a snapshot restored in another one's root needs: Firecracker
+// opens the drives and binds the vsock socket at the paths they had.
+func (b *Backend) guestPath(name string) string {
 	if b.jailer != "" {
 		return "/" + name
 	}
-	return filepath.Join(b.sandboxDir(id), name)
+	return name
 }
 
 // record is what the backend keeps about a running sandbox, in
 // <sandbox dir>/sandbox.json.
 type record struct {
 	backend.Sandbox
-	Jailed    bool              `json:"jailed,omitempty"`
-	UID       int               `json:"uid,omitempty"`
-	VCPUs     int               `json:"vcpus"`
-	MemoryMiB int64             `json:"memoryMiB"`
-	DiskBytes int64             `json:"diskBytes"`
-	ImageKey  string            `json:"imageKey"`
-	Labels    map[string]string `json:"labels,omitempty"`
+	Jailed    bool  `json:"jailed,omitempty"`
+	UID       int   `json:"uid,omitempty"`
+	VCPUs     int   `json:"vcpus"`
+	MemoryMiB int64 `json:"memoryMiB"`
+	// CPUs is the VMM's cpu quota, in cores.
+	CPUs      float64 `json:"cpus"`
+	DiskBytes int64   `json:"diskBytes"`
+	ImageKey  string  `json:"imageKey"`
+	// ChainID is the image's, when the image store gave one.
+	ChainID string `json:"chainID,omitempty"`
+	// AgentSum is the SHA-256 of the agent in the guest's initramfs;
+	// VMMVersion what Firecracker said of itself.
+	AgentSum   string            `json:"agentSha256"`
+	VMMVersion string            `json:"vmmVersion"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	// RestoredFrom is the checkpoint directory a restored sandbox came
+	// from, for diagnostics.
+	RestoredFrom string `json:"restoredFrom,omitempty"`
 }
 
 // limits are a sandbox's resources with the defaults filled in.
@@ -229,11 +245,12 @@ func (b *Backend) bootArgs() string {
 
 // Start boots spec as described by backend.Backend. Its steps: claim the
 // sandbox directory; make (or find in the cache) the initramfs and the
-// image disk; make the writable disk; with the jailer, lease a uid and
-// fill the chroot; without, make the VMM's cgroup; start the VMM, wait for
-// its API socket, configure the microVM and start it. A failure undoes the
-// steps done, in reverse. ctx bounds the making of disks and the wait for
-// the socket; the API calls that follow run to their end (each bounded by
+// image disk; fill the VMM's root (with the jailer, lease a uid and make
+// the chroot); make the writable disk; make the VMM's cgroup (without the
+// jailer); start the VMM and wait for its API socket; configure the
+// microVM and start it; record it. A failure undoes the steps done, in
+// reverse. ctx bounds the making of disks and the wait for the socket;
+// the API calls that follow run to their end (each bounded by
 // apiTimeout), as a VMM left half configured is harder to clean than a
 // Start that took a little longer.
 func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.Sandbox, retErr error) {
@@ -245,57 +262,28 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	}
 	id := spec.ID
 	defer b.locks.Lock(id)()
-	log := b.log.With("sandbox", id, "op", "start")
-	begin := time.Now()
+	l := b.newLaunch(id, "start")
+	defer l.end(&retErr)
 
-	var undo cleanup.Stack
-	defer func() {
-		if retErr == nil {
-			return
-		}
-		if err := undo.Run(); err != nil {
-			log.Error("undo of a failed start left something behind", "err", err)
-			retErr = errors.Join(retErr, fmt.Errorf("cleanup: %w", err))
-		}
-		log.Info("start failed", "err", retErr, "took", time.Since(begin))
-	}()
-	step := func(name string, since time.Time) error {
-		log.Debug("step done", "step", name, "took", time.Since(since))
-		if b.failAt == name {
-			return fmt.Errorf("sandbox %q: injected failure after step %s", id, name)
-		}
-		return nil
-	}
-
-	// Claim: the sandbox directory marks the id as this backend's.
 	t := time.Now()
-	dir := b.sandboxDir(id)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrAlreadyExists)
-		}
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	if err := b.claim(id, &l.undo); err != nil {
+		return nil, err
 	}
-	undo.Add(func() error { return os.RemoveAll(dir) })
-	for _, leftover := range []string{b.jailDir(id)} {
-		if _, err := os.Lstat(leftover); err == nil {
-			return nil, fmt.Errorf("sandbox %q: %s is left from an earlier one; Stop it first: %w", id, leftover, errdefs.ErrAlreadyExists)
-		}
-	}
-	if dirs, err := oci.CgroupDirs(cgroupRel(b.cfg.CgroupParent, id)); err != nil || len(dirs) > 0 {
-		return nil, fmt.Errorf("sandbox %q: cgroup %s in use (%v): %w", id, cgroupRel(b.cfg.CgroupParent, id), err, errdefs.ErrAlreadyExists)
-	}
-	if err := step("claim", t); err != nil {
+	if err := l.step("claim", t); err != nil {
 		return nil, err
 	}
 
 	// The cached parts: initramfs and image disk.
 	t = time.Now()
-	initramfs, err := b.initramfs(ctx, spec.Agent.Path)
+	agentSum, err := b.agentSum(spec.Agent.Path)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
-	if err := step("initramfs", t); err != nil {
+	initramfs, err := b.initramfs(ctx, agentSum, spec.Agent.Path)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	if err := l.step("initramfs", t); err != nil {
 		return nil, err
 	}
 	t = time.Now()
@@ -303,72 +291,208 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
-	if err := step("image disk", t); err != nil {
+	if err := l.step("image disk", t); err != nil {
 		return nil, err
 	}
 
-	// The VMM's root: the chroot, with the jailer.
+	// The VMM's root. Without the chroot, the kernel and initramfs are
+	// used in place: only the disks are named relative to the VMM's
+	// working directory, as a snapshot restored elsewhere needs them.
 	t = time.Now()
-	lim := b.resolve(spec.Resources)
-	root := b.vmRoot(id)
-	uid, gid := os.Getuid(), os.Getgid()
+	links := map[string]string{baseDiskName: baseDisk}
 	if b.jailer != "" {
-		if uid, err = b.uids.claim(id); err != nil {
-			return nil, fmt.Errorf("sandbox %q: %w", id, err)
-		}
-		gid = uid
-		undo.Add(func() error { return b.uids.release(id) })
-		undo.Add(func() error { return oci.RemoveBundle(b.jailDir(id)) })
-		if err := os.MkdirAll(root, 0o700); err != nil {
-			return nil, fmt.Errorf("sandbox %q: %w", id, err)
-		}
-		for name, src := range map[string]string{kernelName: b.kernel, initramfsName: initramfs, baseDiskName: baseDisk} {
-			if err := linkOrCopy(src, filepath.Join(root, name)); err != nil {
-				return nil, fmt.Errorf("sandbox %q: chroot: %w", id, err)
-			}
-		}
-		if err := step("chroot", t); err != nil {
-			return nil, err
-		}
+		links[kernelName], links[initramfsName] = b.kernel, initramfs
+	}
+	uid, gid, err := b.fillRoot(id, links, &l.undo)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.step(b.rootStep(), t); err != nil {
+		return nil, err
 	}
 
 	// The writable disk, with the boot configuration.
 	t = time.Now()
+	lim := b.resolve(spec.Resources)
 	hostname := spec.Hostname
 	if hostname == "" {
 		hostname = id
 	}
-	rwDisk := filepath.Join(root, rwDiskName)
+	rwDisk := filepath.Join(b.vmRoot(id), rwDiskName)
 	boot := &bootConfig{Hostname: hostname, Env: spec.Env, Args: agentArgs(spec), Pids: lim.Pids}
-	if err := makeRWDisk(ctx, b.mkfs, rwDisk, filepath.Join(dir, stagingDir), lim.DiskBytes, boot); err != nil {
+	if err := makeRWDisk(ctx, b.mkfs, rwDisk, filepath.Join(b.sandboxDir(id), stagingDir), lim.DiskBytes, boot); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
 	if err := os.Chown(rwDisk, uid, gid); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
-	if err := step("writable disk", t); err != nil {
+	if err := l.step("writable disk", t); err != nil {
 		return nil, err
 	}
 
-	// The VMM, in its cgroup.
+	vmm, err := b.startVMM(ctx, l, uid, gid, lim)
+	if err != nil {
+		return nil, err
+	}
+	defer vmm.api.close()
+
 	t = time.Now()
+	vm := vmConfig{
+		VCPUs:      vcpus(lim.CPUs),
+		MemSizeMiB: memMiB(lim.MemoryBytes),
+		Kernel:     b.guestPath(kernelName),
+		Initrd:     b.guestPath(initramfsName),
+		BootArgs:   b.bootArgs(),
+		BaseDisk:   b.guestPath(baseDiskName),
+		RWDisk:     b.guestPath(rwDiskName),
+		VsockPath:  b.guestPath(vsockName),
+	}
+	if b.jailer == "" {
+		vm.Kernel, vm.Initrd = b.kernel, initramfs
+	}
+	actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), apiTimeout)
+	defer acancel()
+	if err := vmm.api.run(actx, bootSteps(vm)); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w: %s", id, err, oci.Tail(filepath.Join(b.sandboxDir(id), consoleFile), 2048))
+	}
+	if err := l.step("boot", t); err != nil {
+		return nil, err
+	}
+
+	rec := record{
+		Jailed: b.jailer != "", UID: uid, VCPUs: vm.VCPUs, MemoryMiB: vm.MemSizeMiB, CPUs: lim.CPUs,
+		DiskBytes: lim.DiskBytes, ImageKey: key, AgentSum: agentSum, VMMVersion: vmm.version, Labels: spec.Labels,
+	}
+	if spec.Image != nil {
+		rec.ChainID = spec.Image.ChainID
+	}
+	return b.finish(l, vmm.pid, rec)
+}
+
+// launch is one Start or Restore under way: its log, its undo stack and
+// its steps.
+type launch struct {
+	b     *Backend
+	id    string
+	op    string
+	log   *slog.Logger
+	begin time.Time
+	undo  cleanup.Stack
+}
+
+func (b *Backend) newLaunch(id, op string) *launch {
+	return &launch{b: b, id: id, op: op, log: b.log.With("sandbox", id, "op", op), begin: time.Now()}
+}
+
+// step marks step name done; it fails when a test asked the backend to
+// fail right after it (Backend.failAt).
+func (l *launch) step(name string, since time.Time) error {
+	l.log.Debug("step done", "step", name, "took", time.Since(since))
+	if l.b.failAt == name {
+		return fmt.Errorf("sandbox %q: injected failure after step %s", l.id, name)
+	}
+	return nil
+}
+
+// end undoes the steps done when *errp is set, and adds what the undo
+// could not remove to it.
+func (l *launch) end(errp *error) {
+	if *errp == nil {
+		return
+	}
+	if err := l.undo.Run(); err != nil {
+		l.log.Error("undo of a failed "+l.op+" left something behind", "err", err)
+		*errp = errors.Join(*errp, fmt.Errorf("cleanup: %w", err))
+	}
+	l.log.Info(l.op+" failed", "err", *errp, "took", time.Since(l.begin))
+}
+
+// rootStep names the step that fills the VMM's root.
+func (b *Backend) rootStep() string {
+	if b.jailer != "" {
+		return "chroot"
+	}
+	return "files"
+}
+
+// claim makes sandbox id's directory, the mark that the backend holds id,
+// after checking that nothing of an earlier sandbox id is left.
+func (b *Backend) claim(id string, undo *cleanup.Stack) error {
+	dir := b.sandboxDir(id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrAlreadyExists)
+		}
+		return fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	undo.Add(func() error { return os.RemoveAll(dir) })
+	if _, err := os.Lstat(b.jailDir(id)); err == nil {
+		return fmt.Errorf("sandbox %q: %s is left from an earlier one; Stop it first: %w", id, b.jailDir(id), errdefs.ErrAlreadyExists)
+	}
+	if dirs, err := oci.CgroupDirs(cgroupRel(b.cfg.CgroupParent, id)); err != nil || len(dirs) > 0 {
+		return fmt.Errorf("sandbox %q: cgroup %s in use (%v): %w", id, cgroupRel(b.cfg.CgroupParent, id), err, errdefs.ErrAlreadyExists)
+	}
+	return nil
+}
+
+// fillRoot makes the VMM's root of sandbox id and links the files of
+// links (name in the root → file) into it: with the jailer, it leases a
+// uid and makes the chroot; without, the root is the sandbox's directory.
+// It returns the uid and gid the VMM runs as.
+func (b *Backend) fillRoot(id string, links map[string]string, undo *cleanup.Stack) (uid, gid int, err error) {
+	root := b.vmRoot(id)
+	uid, gid = os.Getuid(), os.Getgid()
+	if b.jailer != "" {
+		if uid, err = b.uids.claim(id); err != nil {
+			return 0, 0, fmt.Errorf("sandbox %q: %w", id, err)
+		}
+		gid = uid
+		undo.Add(func() error { return b.uids.release(id) })
+		undo.Add(func() error { return oci.RemoveBundle(b.jailDir(id)) })
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			return 0, 0, fmt.Errorf("sandbox %q: %w", id, err)
+		}
+	}
+	for name, src := range links {
+		if err := linkOrCopy(src, filepath.Join(root, name)); err != nil {
+			return 0, 0, fmt.Errorf("sandbox %q: %s: %w", id, b.rootStep(), err)
+		}
+	}
+	return uid, gid, nil
+}
+
+// runningVMM is a VMM started and answering on its API socket.
+type runningVMM struct {
+	pid     int
+	api     *apiClient
+	version string // its vmm_version
+}
+
+// startVMM makes the VMM's cgroup (the jailer makes it when there is
+// one), starts the VMM in it with its output in console.log, and waits
+// for its API. Its steps are "cgroup", "spawn" and "api socket".
+func (b *Backend) startVMM(ctx context.Context, l *launch, uid, gid int, lim limits) (*runningVMM, error) {
+	id, dir := l.id, b.sandboxDir(l.id)
+	t := time.Now()
 	cgRel := cgroupRel(b.cfg.CgroupParent, id)
 	vmmLim := vmmLimits(b.cgroups.Version, lim.CPUs, lim.MemoryBytes)
-	undo.Add(func() error {
+	l.undo.Add(func() error {
 		// What the VMM leaves in its cgroup gets stopGrace to end, as
 		// in Stop: the VMM itself is killed before this runs.
 		drainCgroup(cgRel, stopGrace)
 		return oci.RemoveCgroup(cgRel)
 	})
 	var cgDirs []string
+	var err error
 	if b.jailer == "" {
 		if cgDirs, err = makeVMMCgroup(b.cgroups, cgRel, vmmLim); err != nil {
 			return nil, fmt.Errorf("sandbox %q: %w", id, err)
 		}
 	}
-	if err := step("cgroup", t); err != nil {
+	if err := l.step("cgroup", t); err != nil {
 		return nil, err
 	}
+
 	t = time.Now()
 	var argv []string
 	if b.jailer != "" {
@@ -399,97 +523,79 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 		cmd.Wait() // reaps it; Wait and State look at the pid
 		close(exited)
 	}()
-	undo.Add(func() error { return killVMM(pid, id, exited) })
+	l.undo.Add(func() error { return killVMM(pid, id, exited) })
 	if err := os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(pid)), 0o600); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, err)
 	}
+	// A VMM that is gone already is reported by the wait below, with its
+	// output.
 	if cgDirs != nil {
-		// A VMM that is gone already is reported by the wait below, with
-		// its output.
-		if err := joinCgroup(cgDirs, pid); err != nil && !errors.Is(err, unix.ESRCH) {
-			return nil, fmt.Errorf("sandbox %q: %w", id, err)
-		}
+		err = joinCgroup(cgDirs, pid)
+	} else {
+		err = joinAcctCgroup(b.cgroups, cgRel, pid)
 	}
-	if err := step("spawn", t); err != nil {
+	if err != nil && !errors.Is(err, unix.ESRCH) {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	if err := l.step("spawn", t); err != nil {
 		return nil, err
 	}
 
 	t = time.Now()
 	api := newAPIClient(b.apiSockPath(id))
-	defer api.close()
-	if err := b.waitAPI(ctx, api, exited); err != nil {
+	info, err := b.waitAPI(ctx, api, exited)
+	if err != nil {
+		api.close()
 		return nil, fmt.Errorf("sandbox %q: %w: %s", id, err, oci.Tail(filepath.Join(dir, consoleFile), 2048))
 	}
-	if err := step("api socket", t); err != nil {
+	if err := l.step("api socket", t); err != nil {
+		api.close()
 		return nil, err
 	}
+	return &runningVMM{pid: pid, api: api, version: info.VMMVersion}, nil
+}
 
-	t = time.Now()
-	vm := vmConfig{
-		VCPUs:      vcpus(lim.CPUs),
-		MemSizeMiB: memMiB(lim.MemoryBytes),
-		Kernel:     b.guestPath(id, kernelName),
-		Initrd:     b.guestPath(id, initramfsName),
-		BootArgs:   b.bootArgs(),
-		BaseDisk:   b.guestPath(id, baseDiskName),
-		RWDisk:     b.guestPath(id, rwDiskName),
-		VsockPath:  vsockName,
-	}
-	if b.jailer == "" {
-		// Without a chroot, the cached files are used in place.
-		vm.Kernel, vm.Initrd, vm.BaseDisk = b.kernel, initramfs, baseDisk
-	} else {
-		vm.VsockPath = "/" + vsockName
-	}
-	actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), apiTimeout)
-	defer acancel()
-	if err := api.run(actx, bootSteps(vm)); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w: %s", id, err, oci.Tail(filepath.Join(dir, consoleFile), 2048))
-	}
-	if err := step("boot", t); err != nil {
-		return nil, err
-	}
-
-	sb := backend.Sandbox{
-		ID:        id,
-		AgentAddr: net.JoinHostPort(b.vsockPath(id), strconv.Itoa(AgentVsockPort)),
+// finish writes rec, what the backend keeps of the sandbox, and ends the
+// launch: it is the "record" step.
+func (b *Backend) finish(l *launch, pid int, rec record) (*backend.Sandbox, error) {
+	t := time.Now()
+	rec.Sandbox = backend.Sandbox{
+		ID:        l.id,
+		AgentAddr: net.JoinHostPort(b.vsockPath(l.id), strconv.Itoa(AgentVsockPort)),
 		Pid:       pid,
 		StartedAt: time.Now().UTC(),
 	}
-	rec := record{
-		Sandbox: sb, Jailed: b.jailer != "", UID: uid, VCPUs: vm.VCPUs, MemoryMiB: vm.MemSizeMiB,
-		DiskBytes: lim.DiskBytes, ImageKey: key, Labels: spec.Labels,
+	if err := oci.WriteJSON(filepath.Join(b.sandboxDir(l.id), recordFile), rec); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", l.id, err)
 	}
-	if err := oci.WriteJSON(filepath.Join(dir, recordFile), rec); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, err)
-	}
-	if err := step("record", t); err != nil {
+	if err := l.step("record", t); err != nil {
 		return nil, err
 	}
-	undo.Release()
-	log.Info("sandbox started", "pid", pid, "vcpus", vm.VCPUs, "memMiB", vm.MemSizeMiB, "jailed", b.jailer != "", "took", time.Since(begin))
+	l.undo.Release()
+	l.log.Info("sandbox "+map[string]string{"start": "started", "restore": "restored"}[l.op], "pid", pid, "vcpus", rec.VCPUs, "memMiB", rec.MemoryMiB, "jailed", rec.Jailed, "took", time.Since(l.begin))
+	sb := rec.Sandbox
 	return &sb, nil
 }
 
 // waitAPI waits until the VMM answers on its API socket, it exits, ctx
-// ends or the start timeout passes.
-func (b *Backend) waitAPI(ctx context.Context, api *apiClient, exited <-chan struct{}) error {
+// ends or the start timeout passes, and returns its first answer.
+func (b *Backend) waitAPI(ctx context.Context, api *apiClient, exited <-chan struct{}) (*instanceInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.StartTimeout)
 	defer cancel()
 	var last error
 	for {
 		ictx, icancel := context.WithTimeout(ctx, time.Second)
-		_, err := api.info(ictx)
+		info, err := api.info(ictx)
 		icancel()
 		if err == nil {
-			return nil
+			return info, nil
 		}
 		last = err
 		select {
 		case <-exited:
-			return errors.New("the VMM exited before it served its API")
+			return nil, errors.New("the VMM exited before it served its API")
 		case <-ctx.Done():
-			return fmt.Errorf("the VMM's API did not answer: %w (last: %v)", context.Cause(ctx), last)
+			return nil, fmt.Errorf("the VMM's API did not answer: %w (last: %v)", context.Cause(ctx), last)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -545,13 +651,9 @@ func alive(pid int) bool {
 	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
-// initramfs returns the cached initramfs of agent and the kernel's
-// modules, making it first if needed.
-func (b *Backend) initramfs(ctx context.Context, agent string) (string, error) {
-	sum, err := b.agentSum(agent)
-	if err != nil {
-		return "", err
-	}
+// initramfs returns the cached initramfs of agent, whose SHA-256 is sum,
+// and the kernel's modules, making it first if needed.
+func (b *Backend) initramfs(ctx context.Context, sum, agent string) (string, error) {
 	path := filepath.Join(b.cache, "initramfs-"+initramfsKey(sum, b.modules)+".cpio")
 	return path, b.cached(path, func(tmp string) error {
 		f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
@@ -791,6 +893,23 @@ func (b *Backend) State(ctx context.Context, id string) (backend.State, error) {
 	default: // "Not started": a Start cut short
 		return backend.StateStopped, nil
 	}
+}
+
+// readRecord reads sandbox id's record. It fails with errdefs.ErrNotFound
+// when the backend holds no started sandbox id.
+func (b *Backend) readRecord(id string) (*record, error) {
+	data, err := os.ReadFile(filepath.Join(b.sandboxDir(id), recordFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	var rec record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %s: %w", id, recordFile, err)
+	}
+	return &rec, nil
 }
 
 // holds reports whether the backend has anything at all for id.

@@ -56,6 +56,19 @@ func (b *Backend) Pause(ctx context.Context, id string) error { return errUnsupp
 // Resume fails with errdefs.ErrNotSupported outside Linux.
 func (b *Backend) Resume(ctx context.Context, id string) error { return errUnsupported }
 
+// Checkpoint fails with errdefs.ErrNotSupported outside Linux.
+func (b *Backend) Checkpoint(ctx context.Context, id, dir string) error { return errUnsupported }
+
+// Restore fails with errdefs.ErrNotSupported outside Linux.
+func (b *Backend) Restore(ctx context.Context, spec *backend.Spec, dir string) (*backend.Sandbox, error) {
+	return nil, errUnsupported
+}
+
+// Stats fails with errdefs.ErrNotSupported outside Linux.
+func (b *Backend) Stats(ctx context.Context, id string) (*backend.Stats, error) {
+	return nil, errUnsupported
+}
+
 // check says that Firecracker runs only on Linux.
 func check(context.Context) []backend.Finding {
 	return []backend.Finding{{What: "operating system", Detail: "Firecracker runs only on Linux with KVM",

@@ -134,15 +134,21 @@ func leftovers(t testing.TB, b *Backend, id string) []string {
 		}
 		return nil
 	})
-	// The stand-in's work directories of this sandbox: each names its
-	// sandbox in its id file.
+	// The stand-in's work directories of this sandbox: each names the
+	// sandbox that booted its guest in its id file (its runc sandbox's
+	// id), and the one whose VMM holds it now in its vmm file (another,
+	// once a snapshot was restored into another sandbox).
 	ours := []string{b.sandboxDir(id), b.jailDir(id)}
+	runcIDs := []string{id}
 	if entries, err := os.ReadDir(workBaseForTests); err == nil {
 		for _, e := range entries {
 			w := filepath.Join(workBaseForTests, e.Name())
-			if idb, err := os.ReadFile(filepath.Join(w, "id")); err == nil && string(idb) == id {
+			idb, _ := os.ReadFile(filepath.Join(w, "id"))
+			vmmb, _ := os.ReadFile(filepath.Join(w, "vmm"))
+			if string(idb) == id || string(vmmb) == id {
 				found = append(found, "stand-in work directory "+w)
 				ours = append(ours, w)
+				runcIDs = append(runcIDs, string(idb))
 			}
 		}
 	}
@@ -170,8 +176,18 @@ func leftovers(t testing.TB, b *Backend, id string) []string {
 	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(mi), "\n") {
 			f := strings.Fields(line)
-			if len(f) > 4 && (under(f[4]) || strings.HasPrefix(f[4], "/run/tupper/runc/") && strings.Contains(f[4]+"/", "/"+id+"/")) {
+			if len(f) <= 4 {
+				continue
+			}
+			if under(f[4]) {
 				found = append(found, "mount: "+line)
+				continue
+			}
+			for _, rid := range runcIDs {
+				if strings.HasPrefix(f[4], "/run/tupper/runc/") && strings.Contains(f[4]+"/", "/"+rid+"/") {
+					found = append(found, "mount: "+line)
+					break
+				}
 			}
 		}
 	}
@@ -185,11 +201,18 @@ func leftovers(t testing.TB, b *Backend, id string) []string {
 	// The stand-in guest's network: its runc sandbox's veth.
 	links, _ := netlink.LinkList()
 	for _, l := range links {
-		if a := l.Attrs().Alias; strings.HasPrefix(a, "tupper:"+id+"@"+workBaseForTests+"/") {
-			found = append(found, "interface "+l.Attrs().Name+" ("+a+")")
+		for _, rid := range runcIDs {
+			if a := l.Attrs().Alias; strings.HasPrefix(a, "tupper:"+rid+"@"+workBaseForTests+"/") {
+				found = append(found, "interface "+l.Attrs().Name+" ("+a+")")
+				break
+			}
 		}
 	}
-	for _, rel := range []string{cgroupRel(b.cfg.CgroupParent, id), "/tupper-runc/" + id} {
+	rels := []string{cgroupRel(b.cfg.CgroupParent, id)}
+	for _, rid := range runcIDs {
+		rels = append(rels, "/tupper-runc/"+rid)
+	}
+	for _, rel := range rels {
 		dirs, _ := oci.CgroupDirs(rel)
 		for _, d := range dirs {
 			found = append(found, "cgroup "+d)

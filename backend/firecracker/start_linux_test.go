@@ -50,7 +50,7 @@ func startCtx(t *testing.T) context.Context {
 }
 
 // startSteps are Start's steps without the jailer, in order.
-var startSteps = []string{"claim", "initramfs", "image disk", "writable disk", "cgroup", "spawn", "api socket", "boot", "record"}
+var startSteps = []string{"claim", "initramfs", "image disk", "files", "writable disk", "cgroup", "spawn", "api socket", "boot", "record"}
 
 // TestStartUndoesEveryStep makes Start fail right after each of its steps
 // and checks that nothing of the sandbox is left: no file but the cache,
@@ -173,13 +173,21 @@ func TestOperations(t *testing.T) {
 	want := []apiCallRecord{
 		{"PUT", "/machine-config", `{"vcpu_count":2,"mem_size_mib":256,"smt":false}`},
 		{"PUT", "/boot-source", `{"kernel_image_path":"` + b.kernel + `","initrd_path":"` + initramfs[0] + `","boot_args":"console=ttyS0 reboot=k panic=1 pci=off quiet rdinit=/init"}`},
-		{"PUT", "/drives/base", `{"drive_id":"base","path_on_host":"` + image[0] + `","is_root_device":false,"is_read_only":true}`},
-		{"PUT", "/drives/rw", `{"drive_id":"rw","path_on_host":"` + filepath.Join(b.sandboxDir(id), "rw.ext4") + `","is_root_device":false,"is_read_only":false}`},
+		// The disks relative to the VMM's working directory, the
+		// sandbox's, as a snapshot restored into another needs them.
+		{"PUT", "/drives/base", `{"drive_id":"base","path_on_host":"base.ext4","is_root_device":false,"is_read_only":true}`},
+		{"PUT", "/drives/rw", `{"drive_id":"rw","path_on_host":"rw.ext4","is_root_device":false,"is_read_only":false}`},
 		{"PUT", "/vsock", `{"guest_cid":3,"uds_path":"v.sock"}`},
 		{"PUT", "/actions", `{"action_type":"InstanceStart"}`},
 	}
 	if d := cmp.Diff(want, calls[i:]); d != "" {
 		t.Errorf("Start's calls after the wait (-want +got):\n%s", d)
+	}
+	var linked, cached syscall.Stat_t
+	syscall.Stat(filepath.Join(b.sandboxDir(id), "base.ext4"), &linked)
+	syscall.Stat(image[0], &cached)
+	if linked.Ino != cached.Ino {
+		t.Errorf("base.ext4 in the sandbox's directory is not a link to the cached %s", image[0])
 	}
 
 	// Each later operation: the calls it adds.

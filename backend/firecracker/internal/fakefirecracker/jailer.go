@@ -137,10 +137,22 @@ func jailer(args []string) error {
 }
 
 // checkAccess fails when uid:gid could not use the VMM's files in root: the
-// jailed VMM opens the kernel, initramfs and image disk for reading, the
-// writable disk for writing.
+// jailed VMM opens the image disk for reading, the writable disk for
+// writing, and, when they are there, the kernel and initramfs (a boot) or
+// the snapshot's state and memory (a restore) for reading.
 func checkAccess(root string, uid, gid int) error {
-	for name, write := range map[string]bool{"vmlinux": false, "initramfs.cpio": false, "base.ext4": false, "rw.ext4": true} {
+	files := map[string]bool{"base.ext4": false, "rw.ext4": true}
+	for _, name := range []string{"vmlinux", "initramfs.cpio", "restore.vmstate", "restore.mem"} {
+		if _, err := os.Lstat(filepath.Join(root, name)); err == nil {
+			files[name] = false
+		}
+	}
+	_, boot := files["vmlinux"]
+	_, restore := files["restore.vmstate"]
+	if !boot && !restore {
+		return errors.New("the jailed VMM's root holds neither a kernel (vmlinux) nor a snapshot (restore.vmstate)")
+	}
+	for name, write := range files {
 		var st unix.Stat_t
 		if err := unix.Stat(filepath.Join(root, name), &st); err != nil {
 			return fmt.Errorf("the jailed VMM's %s: %w", name, err)

@@ -4,9 +4,11 @@
 // backend/firecracker, on hosts where no firecracker binary can be had. It
 // serves the parts of Firecracker's REST API the backend uses, on the API
 // socket, as Firecracker does (PUT /machine-config, /boot-source,
-// /drives/{id}, /vsock, /actions; PATCH /vm; GET /), refusing
-// configuration after the start as Firecracker does; and on InstanceStart
-// it runs the guest for real, in a runc sandbox rather than a microVM:
+// /drives/{id}, /vsock, /actions, /snapshot/create, /snapshot/load;
+// PATCH /vm; GET /), refusing configuration after the start, and a
+// snapshot load after any configuration, as Firecracker does; and on
+// InstanceStart it runs the guest for real, in a runc sandbox rather than
+// a microVM:
 //
 //   - the initramfs is read as the kernel would (a newc cpio): its /init
 //     is the agent, and every module /modules/order names must be in it;
@@ -25,10 +27,18 @@
 //     loopback); other ports are closed unanswered, as Firecracker does
 //     when nothing in the guest listens.
 //
+// Its snapshots are no memory snapshots: it cannot save a runc sandbox's
+// memory, so a snapshot keeps the guest's runc sandbox frozen and records
+// the VM's configuration and files, and a load in a new stand-in takes
+// the frozen sandbox over and thaws it — enough for the backend's
+// checkpoint and restore to run end to end. snapshot.go says how, and
+// where that differs from Firecracker.
+//
 // When the agent ends, the stand-in exits, as Firecracker does when its
 // guest stops. A watchdog process it starts first removes the runc
 // sandbox and the mounts once the stand-in is gone however it ended, even
-// by SIGKILL: a microVM's guest vanishes with its VMM.
+// by SIGKILL, unless a snapshot holds them: a microVM's guest vanishes
+// with its VMM.
 package main
 
 import (
@@ -91,7 +101,7 @@ func run() error {
 	}
 	*apiSock = inChroot(*apiSock)
 	if *version {
-		fmt.Println("Firecracker v0.0.0-stand-in (tupper's fakefirecracker)")
+		fmt.Println("Firecracker v" + standInVersion + " (tupper's fakefirecracker)")
 		return nil
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("vmm", "fakefirecracker", "id", *id)
@@ -112,6 +122,11 @@ func run() error {
 		return nil
 	case err := <-vm.exit:
 		log.Info("the guest ended", "err", err)
+		// The answers under way go out first: a failed snapshot load
+		// ends the process, as Firecracker's does, after its fault.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
 		return nil
 	}
 }
@@ -154,9 +169,42 @@ func startWatchdog(work string) error {
 var watchdogPipe *os.File
 
 // watchdog waits for its stand-in to end, then removes the runc sandbox,
-// the mounts and the work directory.
+// the mounts and the work directory, unless the stand-in handed them to a
+// snapshot: then it waits, outside the VMM's cgroup, for a stand-in that
+// loads the snapshot to take them over, and removes them when none has
+// within the snapshot's time to live (see snapshot.go).
 func watchdog(work string) error {
+	vmmPid := os.Getppid()
 	io.Copy(io.Discard, os.Stdin)
+	gone := time.Now()
+	left := false
+	for {
+		unlock, err := lockWork(work)
+		if err != nil {
+			return nil // the work directory is gone: nothing to do
+		}
+		owner, _ := readOwner(work)
+		if owner.Pid != vmmPid {
+			unlock() // a stand-in that loaded the snapshot has it now
+			return nil
+		}
+		if _, handed := readHandoff(work); !handed || time.Since(gone) > snapshotTTL() {
+			err := cleanWork(work)
+			unlock()
+			return err
+		}
+		unlock()
+		if !left {
+			// The VMM's cgroup must empty for its Stop to finish.
+			leaveCgroups()
+			left = true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// cleanWork removes the runc sandbox, the mounts and the work directory.
+func cleanWork(work string) error {
 	b, err := os.ReadFile(filepath.Join(work, "id"))
 	if err != nil {
 		return err
@@ -287,7 +335,7 @@ func (v *vmm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/":
-		json.NewEncoder(w).Encode(map[string]string{"id": v.id, "state": v.state, "vmm_version": "0.0.0-stand-in", "app_name": "Firecracker"})
+		json.NewEncoder(w).Encode(map[string]string{"id": v.id, "state": v.state, "vmm_version": standInVersion, "app_name": "Firecracker"})
 	case r.Method == http.MethodPut && r.URL.Path == "/machine-config":
 		var mc machineConfig
 		if !preBoot() || !decode(&mc) {
@@ -320,8 +368,8 @@ func (v *vmm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fault(w, http.StatusBadRequest, "The id from the path does not match the id from the body!")
 			return
 		}
-		d.PathOnHost = inChroot(d.PathOnHost)
-		if _, err := os.Stat(d.PathOnHost); err != nil {
+		// Kept as given: a snapshot names the drives so.
+		if _, err := os.Stat(inChroot(d.PathOnHost)); err != nil {
 			fault(w, http.StatusBadRequest, "Unable to create the block device: "+err.Error())
 			return
 		}
@@ -339,8 +387,7 @@ func (v *vmm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fault(w, http.StatusBadRequest, "Invalid guest CID")
 			return
 		}
-		vc.UDSPath = inChroot(vc.UDSPath)
-		v.vsock = &vc
+		v.vsock = &vc // as given, as the drives
 		w.WriteHeader(http.StatusNoContent)
 	case r.Method == http.MethodPut && r.URL.Path == "/actions":
 		var a action
@@ -381,10 +428,15 @@ func (v *vmm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var err error
 		switch s.State {
 		case "Paused":
-			err = p.Pause(ctx, v.id)
+			err = p.Pause(ctx, v.guest.runcID)
 		case "Resumed":
-			err = p.Resume(ctx, v.id)
+			err = p.Resume(ctx, v.guest.runcID)
 			s.State = "Running"
+			if err == nil && v.state == "Paused" {
+				// The guest runs on: a snapshot of it, which only
+				// holds it frozen, is no longer what it was.
+				err = giveUpHandoff(v.work)
+			}
 		default:
 			fault(w, http.StatusBadRequest, "unknown state "+s.State)
 			return
@@ -394,6 +446,45 @@ func (v *vmm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		v.state = s.State
+		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodPut && r.URL.Path == "/snapshot/create":
+		var p snapshotCreateParams
+		if !decode(&p) {
+			return
+		}
+		if v.state != "Paused" {
+			fault(w, http.StatusBadRequest, "Create snapshot error: the microVM must be paused first (it is "+v.state+")")
+			return
+		}
+		if err := v.createSnapshot(p); err != nil {
+			fault(w, http.StatusBadRequest, "Create snapshot error: "+err.Error())
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodPut && r.URL.Path == "/snapshot/load":
+		var p snapshotLoadParams
+		if !decode(&p) {
+			return
+		}
+		if started || v.machine != nil || v.boot != nil || len(v.drives) > 0 || v.vsock != nil {
+			fault(w, http.StatusBadRequest, "Loading a microVM snapshot not allowed after configuring boot-specific resources.")
+			return
+		}
+		g, err := v.loadSnapshot(p)
+		if err != nil {
+			// Firecracker ends a process whose load failed.
+			v.log.Error("snapshot load failed", "err", err)
+			fault(w, http.StatusBadRequest, "Load snapshot error: "+err.Error())
+			select {
+			case v.exit <- err: // run answers this first
+			default:
+			}
+			return
+		}
+		v.guest, v.state = g, "Paused"
+		if p.ResumeVM {
+			v.state = "Running"
+		}
 		w.WriteHeader(http.StatusNoContent)
 	default:
 		fault(w, http.StatusBadRequest, "Invalid request method and/or path: "+r.Method+" "+r.URL.Path)
@@ -408,12 +499,15 @@ func fault(w http.ResponseWriter, status int, msg string) {
 
 // guest is the running stand-in guest.
 type guest struct {
-	runc       backend.Backend
-	addr       string // the sandbox's address
-	agentPort  uint32 // the agent's vsock port
-	fwdPort    uint32 // the agent's forwarding vsock port
-	vsockLn    net.Listener
-	sandboxPid int
+	runc      backend.Backend
+	runcID    string // the runc sandbox's id: the id of the VMM that booted it
+	addr      string // the sandbox's address
+	agentPort uint32 // the agent's vsock port
+	fwdPort   uint32 // the agent's forwarding vsock port
+	vsockLn   net.Listener
+
+	mu    sync.Mutex
+	conns map[net.Conn]bool // the vsock connections open
 }
 
 // bootConfiguration is the boot configuration on the writable disk; the
@@ -452,6 +546,10 @@ func (v *vmm) start() (*guest, error) {
 		os.RemoveAll(work)
 		return nil, err
 	}
+	if err := setOwner(work, v.id); err != nil {
+		os.RemoveAll(work)
+		return nil, err
+	}
 	if err := startWatchdog(work); err != nil {
 		os.RemoveAll(work)
 		return nil, err
@@ -467,6 +565,7 @@ func (v *vmm) start() (*guest, error) {
 	var base, rw *driveConfig
 	for _, id := range v.order {
 		d := v.drives[id]
+		d.PathOnHost = inChroot(d.PathOnHost)
 		switch label(d.PathOnHost) {
 		case "tupper-base":
 			if !d.IsReadOnly {
@@ -542,15 +641,15 @@ func (v *vmm) start() (*guest, error) {
 	if err != nil {
 		return nil, err
 	}
-	vln, err := net.Listen("unix", v.vsock.UDSPath)
+	vln, err := net.Listen("unix", inChroot(v.vsock.UDSPath))
 	if err != nil {
 		return nil, fmt.Errorf("vsock: %w", err)
 	}
-	g := &guest{runc: rb, addr: host, agentPort: agentPort, fwdPort: fwdPort, vsockLn: vln, sandboxPid: sb.Pid}
+	g := &guest{runc: rb, runcID: v.id, addr: host, agentPort: agentPort, fwdPort: fwdPort, vsockLn: vln, conns: map[net.Conn]bool{}}
 	go g.serveVsock(v.log)
 	if w, ok := rb.(backend.Waiter); ok {
 		go func() {
-			err := w.Wait(context.Background(), v.id)
+			err := w.Wait(context.Background(), g.runcID)
 			v.exit <- err
 		}()
 	}
@@ -600,7 +699,15 @@ func (g *guest) serveVsock(log *slog.Logger) {
 }
 
 func (g *guest) vsockConn(c net.Conn, log *slog.Logger) {
-	defer c.Close()
+	g.mu.Lock()
+	g.conns[c] = true
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		delete(g.conns, c)
+		g.mu.Unlock()
+		c.Close()
+	}()
 	r := bufio.NewReader(c)
 	line, err := r.ReadString('\n')
 	if err != nil {
