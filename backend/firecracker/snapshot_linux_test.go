@@ -632,3 +632,56 @@ func jailerArgvs(t *testing.T, record string) [][]string {
 	}
 	return out
 }
+
+// TestCheckpointRestoreReal checkpoints and restores a real microVM where
+// the host can run Firecracker (or TUPPER_TEST_BACKEND says firecracker,
+// which makes its absence a failure): the guest's memory, with a process
+// in it, and its disk come back in a new VMM, and the stats are the new
+// VMM's. Elsewhere it is reported as not run; the stand-in's tests above
+// run the same code paths.
+func TestCheckpointRestoreReal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short mode: boots microVMs")
+	}
+	real, why := realPlatform()
+	if !real {
+		if os.Getenv("TUPPER_TEST_BACKEND") == "firecracker" {
+			t.Fatalf("TUPPER_TEST_BACKEND=firecracker, but this host cannot run Firecracker: %s", why)
+		}
+		t.Skip("NOT RUN: real Firecracker: " + why)
+	}
+	if os.Geteuid() != 0 {
+		testutil.Skip(t, "needs root for the jailer, cgroups and image disks")
+	}
+	b, err := New(Config{Root: t.TempDir(), Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopAll(t, b) })
+	const id = "realckpt1"
+	spec := testSpec(t, id)
+	if _, err := b.Start(startCtx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	waitAgent(t, b, id)
+	pid := strings.TrimSpace(guestRun(t, b, id, "setsid sleep 600 >/dev/null 2>&1 </dev/null & echo $!; echo kept > /kept"))
+	dir := filepath.Join(t.TempDir(), "checkpoint")
+	if err := b.Checkpoint(t.Context(), id, dir); err != nil {
+		t.Fatalf("Checkpoint: %v", err)
+	}
+	if err := b.Stop(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Restore(startCtx(t), spec, dir); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	waitAgent(t, b, id)
+	if got := guestRun(t, b, id, "cat /kept; kill -0 "+pid+" && echo alive"); got != "kept\nalive\n" {
+		t.Errorf("the guest after Restore: %q, want its file and its process", got)
+	}
+	checkStats(t, b, id, 256)
+	if err := b.Stop(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	noLeftovers(t, b, id)
+}
