@@ -77,7 +77,7 @@ func (s *Store) ingest(ctx context.Context, req ingestRequest, rep *reporter) (*
 			}
 		}
 	}
-	size, err := s.ensureUnpacked(ctx, chain, layers, rep)
+	size, err := s.ensureUnpackedUnlessBlobsOnly(ctx, chain, layers, rep)
 	if err != nil {
 		return nil, err
 	}

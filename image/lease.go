@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/internal/atomicfile"
 )
@@ -51,7 +52,7 @@ func (s *Store) Lease(ctx context.Context, holder, id string) error {
 		return fmt.Errorf("image lease for %s: %w", holder, err)
 	}
 	// The collector may have run between the index read and the write.
-	if _, err := os.Lstat(s.rootfsPath(r.ChainID)); err != nil {
+	if !s.stillHeld(r) {
 		s.Release(context.WithoutCancel(ctx), holder)
 		return fmt.Errorf("image lease for %s: image %s was removed meanwhile: %w", holder, shortID(id), errdefs.ErrNotFound)
 	}
@@ -121,4 +122,20 @@ func (s *Store) leases() (map[string]*record, error) {
 		out[e.Name()] = &r
 	}
 	return out, nil
+}
+
+// stillHeld reports whether the data of r is still in the store: its root
+// filesystem, or in a blobs-only store its layers.
+func (s *Store) stillHeld(r *record) bool {
+	if !s.blobsOnly {
+		_, err := os.Lstat(s.rootfsPath(r.ChainID))
+		return err == nil
+	}
+	for _, l := range r.Layers {
+		d, err := v1.NewHash(l.Digest)
+		if err != nil || !s.hasBlob(d) {
+			return false
+		}
+	}
+	return true
 }

@@ -26,6 +26,13 @@ type Config struct {
 	Root string
 	// Logger receives the store's logs; nil discards them.
 	Logger *slog.Logger
+	// BlobsOnly keeps images as their blobs alone, never unpacked: for
+	// backends that take an image as layers (Apple's containers, WSL)
+	// and for hosts that cannot unpack one (only Linux can: its owners,
+	// modes and device files need Linux's file system). Images then have
+	// no RootFS, and Size is the size of their layers. A store off Linux
+	// is always blobs-only.
+	BlobsOnly bool
 }
 
 // Validate reports what is wrong with c, if anything.
@@ -49,8 +56,9 @@ func (c Config) Validate() error {
 // written atomically, and root filesystems and blobs appear in the store by a
 // rename only once complete.
 type Store struct {
-	root string
-	log  *slog.Logger
+	root      string
+	log       *slog.Logger
+	blobsOnly bool
 }
 
 // Image is an image in the store.
@@ -121,7 +129,7 @@ func Open(cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{root: root, log: log.With("component", "image")}
+	s := &Store{root: root, log: log.With("component", "image"), blobsOnly: cfg.BlobsOnly || !canUnpack}
 	for _, d := range []string{"", "blobs", filepath.Join("blobs", "sha256"), "unpacked", "locks", "tmp", "leases"} {
 		p := filepath.Join(root, d)
 		if err := os.MkdirAll(p, 0o700); err != nil {
@@ -160,6 +168,15 @@ func (s *Store) rootfsPath(chainID string) string {
 	return filepath.Join(s.unpackedDir(chainID), "rootfs")
 }
 
+// imageRootFS is Image.RootFS of an image of chainID: none in a blobs-only
+// store.
+func (s *Store) imageRootFS(chainID string) string {
+	if s.blobsOnly {
+		return ""
+	}
+	return s.rootfsPath(chainID)
+}
+
 // notFound is the error for a name that matches no image.
 func notFound(name string) error {
 	short := strings.TrimSuffix(name, ":latest")
@@ -189,6 +206,9 @@ func (s *Store) Resolve(ctx context.Context, name string) (*Image, error) {
 		return nil, notFound(name)
 	}
 	img := s.image(idx, r)
+	if s.blobsOnly {
+		return img, nil
+	}
 	if _, err := os.Lstat(img.RootFS); err != nil {
 		return nil, fmt.Errorf("image %q (%s): its root filesystem %s is missing (%v): remove the image and pull or build it again: %w",
 			name, shortID(r.ID), img.RootFS, err, errdefs.ErrFailedPrecondition)
@@ -223,7 +243,7 @@ func (s *Store) image(idx *indexFile, r *record) *Image {
 	img := &Image{
 		ID:       r.ID,
 		Names:    idx.namesOf(r.ID),
-		RootFS:   s.rootfsPath(r.ChainID),
+		RootFS:   s.imageRootFS(r.ChainID),
 		Config:   r.Config,
 		Size:     r.Size,
 		Created:  r.Created,

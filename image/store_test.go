@@ -308,3 +308,51 @@ func TestResolveGivesTheBlobs(t *testing.T) {
 		t.Errorf("manifest %s does not name the image's config and layers", raw)
 	}
 }
+
+// TestBlobsOnlyStore checks the store as macOS and Windows hosts (and the
+// backends that take images as layers) have it: an import keeps the blobs
+// and unpacks nothing, the image has no root filesystem but all its
+// layers, a lease holds them, and removing the image collects them.
+func TestBlobsOnlyStore(t *testing.T) {
+	root := t.TempDir()
+	s, err := image.Open(image.Config{Root: root, BlobsOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := imageOf(t, layerTar(t, file("a", "a", 0o644)), layerTar(t, file("b", "b", 0o644)))
+	stored := importImage(t, s, img, "layers:1")
+	if stored.RootFS != "" || len(stored.Layers) != 2 || stored.Size <= 0 {
+		t.Fatalf("stored: RootFS %q, %d layers, size %d; want no root, 2 layers and their size", stored.RootFS, len(stored.Layers), stored.Size)
+	}
+	if n := dirCount(t, filepath.Join(root, "unpacked")); n != 0 {
+		t.Errorf("a blobs-only store unpacked %d trees", n)
+	}
+	got, err := s.Resolve(ctx(t), "layers:1")
+	if err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	for _, l := range got.Layers {
+		if _, err := os.Stat(l.Path); err != nil {
+			t.Errorf("layer %s: %v", l.Digest, err)
+		}
+	}
+	if err := s.Lease(ctx(t), "sandbox-1", got.ID); err != nil {
+		t.Fatalf("Lease: %v", err)
+	}
+	if err := s.Remove(ctx(t), "layers:1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range got.Layers {
+		if _, err := os.Stat(l.Path); err != nil {
+			t.Errorf("a leased image's layer %s went: %v", l.Digest, err)
+		}
+	}
+	if err := s.Release(ctx(t), "sandbox-1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range got.Layers {
+		if _, err := os.Stat(l.Path); err == nil {
+			t.Errorf("layer %s outlived the image and its lease", l.Digest)
+		}
+	}
+}

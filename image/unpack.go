@@ -19,6 +19,20 @@ import (
 	"github.com/lightbearco/tupper/internal/atomicfile"
 )
 
+// ensureUnpackedUnlessBlobsOnly is ensureUnpacked, except in a blobs-only
+// store, where nothing is unpacked and the image's size is its layers'.
+func (s *Store) ensureUnpackedUnlessBlobsOnly(ctx context.Context, chainID v1.Hash, layers []layerRecord, rep *reporter) (int64, error) {
+	if !s.blobsOnly {
+		return s.ensureUnpacked(ctx, chainID, layers, rep)
+	}
+	var size int64
+	for _, l := range layers {
+		size += l.Size
+	}
+	rep.message(PhaseUnpack, chainID.String(), "kept as layers: this store does not unpack")
+	return size, nil
+}
+
 // ensureUnpacked makes sure the root filesystem for chainID exists, unpacking
 // layers (bottom first) into it if not, and returns its size. Concurrent calls
 // for one chain id unpack once: the others wait and find it done.

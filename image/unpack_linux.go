@@ -8,6 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// canUnpack says whether this host can unpack images (see
+// Config.BlobsOnly).
+const canUnpack = true
+
 // treeSize adds up the sizes of the files under dir, counting each hard-linked
 // file once.
 func treeSize(dir string) (int64, error) {

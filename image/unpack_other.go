@@ -12,6 +12,10 @@ import (
 	"github.com/lightbearco/tupper/errdefs"
 )
 
+// canUnpack says whether this host can unpack images: only Linux keeps
+// their owners, modes and device files (see Config.BlobsOnly).
+const canUnpack = false
+
 func applyLayer(context.Context, string, io.Reader, *slog.Logger) error {
 	return fmt.Errorf("unpacking images on %s: %w", runtime.GOOS, errdefs.ErrNotSupported)
 }

@@ -2,7 +2,12 @@ package local
 
 // The backends linked into tupper on macOS, each registering itself, as
 // containerd's builtins_*.go files do.
-import _ "github.com/lightbearco/tupper/backend/apple"
+import (
+	"os"
+	"path/filepath"
+
+	_ "github.com/lightbearco/tupper/backend/apple"
+)
 
 // DefaultBackend is the backend a runtime uses unless told otherwise: on
 // macOS, Apple's containers (a VM per sandbox; macOS 26 on Apple silicon,
@@ -16,4 +21,11 @@ var Elsewhere = map[string]string{
 	"runc":        "Linux 5.19 or later",
 	"firecracker": "Linux with KVM",
 	"wsl":         "Windows 11 with WSL 2",
+}
+
+func defaultRoot() string {
+	if dir, err := os.UserConfigDir(); err == nil {
+		return filepath.Join(dir, "tupper")
+	}
+	return filepath.Join(os.TempDir(), "tupper")
 }

@@ -18,3 +18,5 @@ var Elsewhere = map[string]string{
 	"apple": "macOS 26 on Apple silicon, with Apple's container CLI 1.0 or later",
 	"wsl":   "Windows 11 with WSL 2",
 }
+
+func defaultRoot() string { return "/var/lib/tupper" }

@@ -2,6 +2,11 @@
 
 package local
 
+import (
+	"os"
+	"path/filepath"
+)
+
 // DefaultBackend is the backend a runtime uses unless told otherwise; this
 // OS has none yet.
 const DefaultBackend = "none"
@@ -14,4 +19,11 @@ var Elsewhere = map[string]string{
 	"firecracker": "Linux with KVM",
 	"apple":       "macOS 26 on Apple silicon, with Apple's container CLI 1.0 or later",
 	"wsl":         "Windows 11 with WSL 2",
+}
+
+func defaultRoot() string {
+	if dir, err := os.UserConfigDir(); err == nil {
+		return filepath.Join(dir, "tupper")
+	}
+	return filepath.Join(os.TempDir(), "tupper")
 }

@@ -2,7 +2,12 @@ package local
 
 // The backends linked into tupper on Windows, each registering itself, as
 // containerd's builtins_*.go files do.
-import _ "github.com/lightbearco/tupper/backend/wsl"
+import (
+	"os"
+	"path/filepath"
+
+	_ "github.com/lightbearco/tupper/backend/wsl"
+)
 
 // DefaultBackend is the backend a runtime uses unless told otherwise: on
 // Windows, WSL 2 (one distribution per sandbox; see backend/wsl for what
@@ -16,4 +21,11 @@ var Elsewhere = map[string]string{
 	"runc":        "Linux 5.19 or later",
 	"firecracker": "Linux with KVM",
 	"apple":       "macOS 26 on Apple silicon, with Apple's container CLI 1.0 or later",
+}
+
+func defaultRoot() string {
+	if dir, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(dir, "tupper")
+	}
+	return filepath.Join(os.TempDir(), "tupper")
 }

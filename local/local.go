@@ -20,8 +20,11 @@ import (
 	"github.com/lightbearco/tupper/sdk"
 )
 
-// DefaultRoot is where Tupper keeps its state unless told otherwise.
-const DefaultRoot = "/var/lib/tupper"
+// DefaultRoot is where Tupper keeps its state unless told otherwise:
+// /var/lib/tupper on Linux (the daemon runs as root), the user's own
+// application directory on macOS and Windows, where the daemon runs as the
+// user whose containers or distributions it drives.
+var DefaultRoot = defaultRoot()
 
 // Config configures a Runtime. The zero value is usable.
 type Config struct {
