@@ -212,7 +212,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	spec := &backend.Spec{
 		ID:        sb.ID,
 		RootFS:    img.RootFS,
-		Image:     backendImage(img),
+		Image:     BackendImage(img),
 		Env:       sandboxEnv(img.Config.Env, opts.Env, sb.AccessToken),
 		Agent:     backend.Agent{Path: e.cfg.AgentPath, Args: agentArgs(sb)},
 		Resources: backend.Resources{CPUs: sb.CPUs, MemoryBytes: int64(sb.MemoryMB) << 20, Pids: orDefault(opts.Pids, e.cfg.DefaultPids), DiskBytes: int64(sb.DiskMB) << 20},
@@ -380,10 +380,10 @@ func checkMetadataSize(md map[string]string) error {
 	return nil
 }
 
-// backendImage is img as a backend receives it: layers and metadata beside
+// BackendImage is img as a backend receives it: layers and metadata beside
 // the unpacked RootFS. An image without layers on record (a stand-in of a
 // test) gives nil.
-func backendImage(img *image.Image) *backend.Image {
+func BackendImage(img *image.Image) *backend.Image {
 	if img.ChainID == "" || len(img.Layers) == 0 {
 		return nil
 	}

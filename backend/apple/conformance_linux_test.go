@@ -19,6 +19,7 @@ import (
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/backend/backendtest"
 	"github.com/lightbearco/tupper/backend/runc"
+	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/internal/testutil"
 )
@@ -182,7 +183,8 @@ func TestStartFromStoreImage(t *testing.T) {
 	s := sandboxStandin(t)
 	b := newStandinBackend(t, s)
 	ctx := ctxT(t)
-	spec := &backend.Spec{ID: "fromstore", RootFS: img.RootFS, Image: toBackendImage(img),
+	// No RootFS: a Mac's store keeps images as their layers only.
+	spec := &backend.Spec{ID: "fromstore", Image: engine.BackendImage(img),
 		Agent: backend.Agent{Path: agentBinary(t, runtime.GOARCH), Args: []string{"--addr", ":49983"}}}
 	sb, err := b.Start(ctx, spec)
 	if err != nil {
@@ -196,16 +198,4 @@ func TestStartFromStoreImage(t *testing.T) {
 	if err := b.Stop(ctx, spec.ID); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// toBackendImage is img as the engine hands it to a backend.
-func toBackendImage(img *image.Image) *backend.Image {
-	blob := func(b image.Blob) backend.Blob {
-		return backend.Blob{Digest: b.Digest, MediaType: b.MediaType, Size: b.Size, Path: b.Path}
-	}
-	out := &backend.Image{ID: img.ID, Names: img.Names, ChainID: img.ChainID, Manifest: blob(img.Manifest), Config: blob(img.ConfigBlob)}
-	for _, l := range img.Layers {
-		out.Layers = append(out.Layers, backend.Layer{Blob: blob(l.Blob), DiffID: l.DiffID})
-	}
-	return out
 }

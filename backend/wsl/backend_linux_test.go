@@ -16,7 +16,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/netpolicy"
 )
@@ -367,4 +369,37 @@ func TestCheck(t *testing.T) {
 			t.Errorf("findings = %+v; want one failed wsl.exe with a fix", fs)
 		}
 	})
+}
+
+// TestStartFromStoreImage boots a sandbox from an image as the engine
+// hands it over from a Windows host's store, which keeps images as their
+// layers only: Spec.Image and no RootFS.
+func TestStartFromStoreImage(t *testing.T) {
+	requireRunc(t)
+	if testing.Short() {
+		t.Skip("short mode: starts a sandbox")
+	}
+	storeRoot, name := testutil.TestImage(t)
+	st, err := image.Open(image.Config{Root: storeRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := st.Resolve(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newStandIn(t)
+	b := newTestBackend(t, Config{})
+	spec := specFor("fromstore", "", testutil.AgentBinary(t))
+	spec.Image = engine.BackendImage(img)
+	sb, err := b.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if envs := agentGet(t, sb.AgentAddr, "/envs", "tok-fromstore"); !strings.Contains(envs, "LANG") {
+		t.Errorf("the agent of a sandbox from layers answered %q", envs)
+	}
+	if err := b.Stop(context.Background(), spec.ID); err != nil {
+		t.Fatal(err)
+	}
 }
