@@ -7,8 +7,9 @@ import (
 	"github.com/lightbearco/tupper/netpolicy"
 )
 
-// Pauser is a backend that can freeze a sandbox and thaw it again. Without
-// it, the engine answers pause requests with errdefs.ErrNotSupported.
+// Pauser is a backend that can freeze a sandbox and thaw it again. The
+// engine does not use it yet: pause and resume answer "not supported"
+// whatever the backend (they are the next piece of work).
 type Pauser interface {
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
@@ -16,7 +17,7 @@ type Pauser interface {
 
 // Checkpointer is a backend that can save a sandbox's whole state (memory,
 // processes, files) to dir and later restore it, possibly after the host
-// restarted. Without it, paused sandboxes do not survive a host restart.
+// restarted. The engine does not use it yet (see Pauser).
 type Checkpointer interface {
 	Checkpoint(ctx context.Context, id, dir string) error
 	Restore(ctx context.Context, spec *Spec, dir string) (*Sandbox, error)
@@ -31,7 +32,8 @@ type Stats struct {
 }
 
 // StatsReader is a backend that reports resource use from the host side.
-// Without it, the engine asks the agent inside the sandbox.
+// The engine does not use it yet: sandbox metrics come from the agent
+// inside the sandbox.
 type StatsReader interface {
 	Stats(ctx context.Context, id string) (*Stats, error)
 }

@@ -508,7 +508,6 @@ print(r, ctypes.get_errno())"`, root)
 // runs as that user and holds the envd token, which opens the agent, which
 // runs commands as root.
 func TestRuncAttackInterpreterToken(t *testing.T) {
-	knownGap(t, "high: in a code-interpreter sandbox on runc, the interpreter's server runs as user, holds the envd access token and is dumpable, so any cell or command as user reads the token from /proc/<pid>/mem and asks the agent to run a command as root; the e2e probe (attackTokenFromCell) misses it because it reads /proc/<pid>/mem at offset 0, which never reads; fix: prctl(PR_SET_DUMPABLE, 0) in the interpreter server before it reads the token (and in the agent), and let the e2e probe read at a mapped address")
 	s := newStackOn(t, "runc", engine.Config{}, backend.NetworkConfig{})
 	_, name := testutil.InterpreterImage(t)
 	ctx := context.Background()

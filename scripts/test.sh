@@ -13,9 +13,9 @@ args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(./...)
 go vet ./...
 # The CLI and daemon build, and pass vet, for every OS Tupper means to
-# serve; the agent, which runs inside Linux sandboxes, for Linux's two
-# architectures. (Backends for macOS and Windows are still to come: there
-# the binary is a client of a daemon elsewhere.)
+# serve (with each OS's backends: apple on macOS, wsl on Windows); the
+# agent, which runs inside Linux sandboxes and VMs, for Linux's two
+# architectures.
 for target in linux/arm64 darwin/arm64 windows/amd64; do
   GOOS=${target%/*} GOARCH=${target#*/} go vet ./cmd/tupper
   GOOS=${target%/*} GOARCH=${target#*/} go build -o /dev/null ./cmd/tupper

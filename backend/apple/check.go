@@ -112,7 +112,7 @@ func limitsFinding() backend.Finding {
 // egressFinding says that egress policies are refused.
 func egressFinding() backend.Finding {
 	return backend.Finding{What: "egress policy", Optional: true,
-		Detail: "containers reach whatever the Mac reaches through vmnet's NAT: sandboxes with a network policy are refused, and --no-egress cannot be honoured",
+		Detail: "containers reach whatever the Mac reaches through vmnet's NAT: sandboxes with a network policy are refused, and `--egress off` cannot be honoured",
 		Fix:    "none on this backend; run sandboxes that need egress rules on a Linux host (gvisor or runc backend)"}
 }
 
