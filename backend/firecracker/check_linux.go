@@ -91,9 +91,28 @@ func binaryFinding(ctx context.Context, name string, find func() (string, error)
 		f.Fix = "replace it with a working release: " + releasesFix + env
 		return f
 	}
+	line := strings.SplitN(strings.TrimSpace(string(v)), "\n", 2)[0]
+	f.Detail += ": " + line
+	if major, minor, ok := releaseOf(line); ok && (major < 1 || major == 1 && minor < minMinor) {
+		f.Fix = fmt.Sprintf("Firecracker 1.%d or later finds a guest's devices through ACPI, which Debian's kernel needs, and loads snapshots as this backend makes them: %s%s", minMinor, releasesFix, env)
+		return f
+	}
 	f.OK = true
-	f.Detail += ": " + strings.SplitN(strings.TrimSpace(string(v)), "\n", 2)[0]
 	return f
+}
+
+// minMinor is the oldest Firecracker 1.x release the backend takes.
+const minMinor = 8
+
+// releaseOf reads "v1.16.1" out of a --version line ("Firecracker v1.16.1",
+// "Jailer v1.16.1").
+func releaseOf(line string) (major, minor int, ok bool) {
+	for _, f := range strings.Fields(line) {
+		if n, _ := fmt.Sscanf(f, "v%d.%d", &major, &minor); n == 2 {
+			return major, minor, true
+		}
+	}
+	return 0, 0, false
 }
 
 // kernelFinding says whether dir holds a guest kernel and loadable

@@ -202,7 +202,7 @@ func TestCheckpointRestoreStandInFrozenGuest(t *testing.T) {
 	sum, _ := fileSum(spec.Agent.Path)
 	wantM := manifest{
 		Format: snapshotFormat, Backend: "firecracker", ID: id, CreatedAt: m.CreatedAt,
-		VMMVersion: "0.0.0-stand-in", AgentSum: sum, ImageKey: key,
+		VMMVersion: "1.16.1-stand-in", AgentSum: sum, ImageKey: key,
 		VCPUs: 1, MemoryMiB: 256, CPUs: 1, DiskBytes: 64 << 20, Files: m.Files,
 	}
 	if d := cmp.Diff(wantM, *m); d != "" {
@@ -453,7 +453,7 @@ func TestRestoreUndoesEveryStep(t *testing.T) {
 	t.Run("another Firecracker", func(t *testing.T) {
 		other := editedCopy(t, dir, func(m *manifest) { m.VMMVersion = "1.12.1" })
 		_, err := b.Restore(startCtx(t), restoreAs("rref6"), other)
-		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "made by Firecracker 1.12.1, this one is 0.0.0-stand-in") {
+		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "made by Firecracker 1.12.1, this one is 1.16.1-stand-in") {
 			t.Fatalf("Restore = %v, want the version refused", err)
 		}
 		noLeftovers(t, b, "rref6")

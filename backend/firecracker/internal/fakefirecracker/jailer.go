@@ -83,7 +83,7 @@ func jailer(args []string) error {
 		return err
 	}
 	if *version {
-		fmt.Println("Jailer v0.0.0-stand-in (tupper's fakefirecracker)")
+		fmt.Println("Jailer v1.16.1-stand-in (tupper's fakefirecracker)")
 		return nil
 	}
 	switch {

@@ -52,7 +52,7 @@ import (
 
 // standInVersion is the stand-in's vmm_version, and the only snapshot
 // data format it loads.
-const standInVersion = "0.0.0-stand-in"
+const standInVersion = "1.16.1-stand-in"
 
 // snapshotKind marks the stand-in's state files.
 const snapshotKind = "tupper-fakefirecracker-snapshot"
