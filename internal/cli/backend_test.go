@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/backend/backendtest"
 	"github.com/lightbearco/tupper/engine"
+	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/server"
 )
@@ -110,5 +112,28 @@ func TestCreateOnBackend(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "Backend:") || !strings.Contains(stdout.String(), other) {
 		t.Errorf("info printed\n%s\nwant its backend, %s", stdout.String(), other)
+	}
+}
+
+// TestBackendOpt checks that --backend-opt reaches the default backend as
+// its options: a malformed one is refused before anything opens, and a key
+// the backend does not know is refused by the backend, naming it.
+func TestBackendOpt(t *testing.T) {
+	g := &globals{backendOpts: []string{"runc=/usr/sbin/runc", "empty="}}
+	opts, err := g.backendOptions()
+	if err != nil || opts["runc"] != "/usr/sbin/runc" || len(opts) != 2 {
+		t.Fatalf("options %v, %v", opts, err)
+	}
+	g.backendOpts = []string{"novalue"}
+	if _, err := g.backendOptions(); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("--backend-opt novalue: %v, want invalid argument", err)
+	}
+	// The backend refuses the option when it opens, before the agent is
+	// ever used.
+	t.Setenv("TUPPER_AGENT", "/bin/true")
+	var stdout, stderr bytes.Buffer
+	code := Main([]string{"--root", t.TempDir(), "--backend", "runc", "--backend-opt", "nosuch=1", "run", "--", "true"}, strings.NewReader(""), &stdout, &stderr)
+	if code == 0 || !strings.Contains(stderr.String(), `"nosuch"`) {
+		t.Errorf("run with an unknown backend option: exit %d, stderr %q; want a refusal naming it", code, stderr.String())
 	}
 }

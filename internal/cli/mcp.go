@@ -86,8 +86,12 @@ func runMCP(ctx context.Context, g *globals, o *mcpOptions) error {
 		log.Info("using the daemon", "url", transport.APIURL())
 		cfg.Client = &sdk.Client{Transport: transport}
 	} else {
+		backendOpts, err := g.backendOptions()
+		if err != nil {
+			return err
+		}
 		rt, err := local.Open(ctx, local.Config{
-			Root: g.root, ImageRoot: o.imageRoot, Backend: g.backend, Logger: log,
+			Root: g.root, ImageRoot: o.imageRoot, Backend: g.backend, BackendOptions: backendOpts, Logger: log,
 			Engine: engine.Config{DefaultTemplate: o.defaultTemplate},
 		})
 		if err != nil {

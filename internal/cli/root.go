@@ -11,10 +11,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/local"
 )
 
@@ -28,10 +30,12 @@ func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code
 type globals struct {
 	root    string
 	backend string
-	verbose bool
-	stdin   io.Reader
-	stdout  io.Writer
-	stderr  io.Writer
+	// backendOpts are the default backend's options, KEY=VALUE.
+	backendOpts []string
+	verbose     bool
+	stdin       io.Reader
+	stdout      io.Writer
+	stderr      io.Writer
 }
 
 func (g *globals) logger() *slog.Logger { return g.loggerAt(slog.LevelWarn) }
@@ -47,7 +51,28 @@ func (g *globals) loggerAt(level slog.Level) *slog.Logger {
 
 // openLocal opens an in-process Tupper runtime with the global flags.
 func (g *globals) openLocal(ctx context.Context) (*local.Runtime, error) {
-	return local.Open(ctx, local.Config{Root: g.root, Backend: g.backend, Logger: g.logger()})
+	opts, err := g.backendOptions()
+	if err != nil {
+		return nil, err
+	}
+	return local.Open(ctx, local.Config{Root: g.root, Backend: g.backend, BackendOptions: opts, Logger: g.logger()})
+}
+
+// backendOptions parses --backend-opt into the default backend's options;
+// the backend refuses keys it does not know when it opens.
+func (g *globals) backendOptions() (map[string]string, error) {
+	if len(g.backendOpts) == 0 {
+		return nil, nil
+	}
+	opts := map[string]string{}
+	for _, kv := range g.backendOpts {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--backend-opt %q: want KEY=VALUE: %w", kv, errdefs.ErrInvalidArgument)
+		}
+		opts[k] = v
+	}
+	return opts, nil
 }
 
 // Main runs the tupper command line and returns its exit code.
@@ -81,6 +106,7 @@ func newRoot(g *globals) *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.root, "root", "", "state directory (default $TUPPER_ROOT or "+local.DefaultRoot+")")
 	root.PersistentFlags().StringVar(&g.backend, "backend", "", "sandbox backend `NAME`: the default of serve, mcp and run; the one create asks the daemon for; the one doctor judges (default: the daemon's, else "+local.DefaultBackend+" on this OS)")
+	root.PersistentFlags().StringArrayVar(&g.backendOpts, "backend-opt", nil, "an option of the default backend, `KEY=VALUE` (repeatable; see the backend's doc), for serve, mcp and run")
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log what happens")
 	root.AddCommand(newImageCmd(g), newRunCmd(g), newServeCmd(g), newMCPCmd(g))
 	root.AddCommand(newCreateCmd(g), newLsCmd(g), newInfoCmd(g), newExecCmd(g), newRunCodeCmd(g), newShellCmd(g), newCpCmd(g), newReadCmd(g), newWriteCmd(g), newKillCmd(g), newTimeoutCmd(g), newNetworkCmd(g), newKeysCmd(g), newDoctorCmd(g), newVersionCmd(g))

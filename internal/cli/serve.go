@@ -131,8 +131,12 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	backendOpts, err := g.backendOptions()
+	if err != nil {
+		return err
+	}
 	rt, err := local.Open(ctx, local.Config{
-		Root: root, ImageRoot: o.imageRoot, Backend: g.backend, Logger: log, Network: hostNet,
+		Root: root, ImageRoot: o.imageRoot, Backend: g.backend, BackendOptions: backendOpts, Logger: log, Network: hostNet,
 		Engine: engine.Config{
 			DefaultTemplate: o.defaultTemplate, DefaultNetwork: defaultPolicy,
 			DefaultDiskMB: o.disk.mb, MaxDiskMB: o.maxDisk.mb,
