@@ -61,7 +61,7 @@ func TestAgentArgv(t *testing.T) {
 			want: []string{"/bin/sh", "/.tupper/wsl/start", "1024", "/usr/bin/env", "-i",
 				"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "QUOTE=a \"b\" c",
 				"/.tupper/wsl/tupper-agent", "--addr", "127.0.0.1:41007", "--code-interpreter", "127.0.0.1:41008",
-				"--access-token-fd", "0"},
+				"--inside-conns", "0", "--access-token-fd", "0"},
 			wantToken: "s3cret",
 		},
 		{
@@ -72,14 +72,14 @@ func TestAgentArgv(t *testing.T) {
 			},
 			pids: 128,
 			want: []string{"/bin/sh", "/.tupper/wsl/start", "128", "/usr/bin/env", "-i", "PATH=/bin",
-				"/.tupper/wsl/tupper-agent", "--addr", "127.0.0.1:41007", "--user", "user"},
+				"/.tupper/wsl/tupper-agent", "--addr", "127.0.0.1:41007", "--user", "user", "--inside-conns", "0"},
 		},
 		{
 			name: "no --addr at all",
 			spec: backend.Spec{Agent: backend.Agent{Args: []string{"--no-ensure-user"}}},
 			pids: 1,
 			want: []string{"/bin/sh", "/.tupper/wsl/start", "1", "/usr/bin/env", "-i",
-				"/.tupper/wsl/tupper-agent", "--addr", "127.0.0.1:41007", "--no-ensure-user"},
+				"/.tupper/wsl/tupper-agent", "--addr", "127.0.0.1:41007", "--no-ensure-user", "--inside-conns", "0"},
 		},
 	}
 	for _, tt := range tests {

@@ -63,7 +63,7 @@ func TestLifecycle(t *testing.T) {
 				{"--manage", distro, "--resize", fmt.Sprintf("%dMB", (distroDiskBytes(img, 256<<20)+1<<20-1)>>20)},
 				{"-d", distro, "-u", "root", "--cd", "/", "--exec", "/bin/sh", "/.tupper/wsl/start", "300", "/usr/bin/env", "-i",
 					"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8",
-					"/.tupper/wsl/tupper-agent", "--addr", fmt.Sprintf("127.0.0.1:%d", port), "--access-token-fd", "0"},
+					"/.tupper/wsl/tupper-agent", "--addr", fmt.Sprintf("127.0.0.1:%d", port), "--inside-conns", "0", "--access-token-fd", "0"},
 			}
 			if diff := cmp.Diff(want, s.argvs(t)); diff != "" {
 				t.Errorf("Start's wsl calls (-want +got):\n%s", diff)

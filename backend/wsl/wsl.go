@@ -378,7 +378,9 @@ func agentArgs(args []string, ports map[int]int) []string {
 	if !sawAddr {
 		out = append([]string{"--addr", local(ports[backend.AgentPort])}, out...)
 	}
-	return out
+	// The host's own connections reach the agent over the VM's loopback:
+	// no cap on connections from "inside".
+	return append(out, "--inside-conns", "0")
 }
 
 // codeInterpreterPort returns the port of the agent's --code-interpreter

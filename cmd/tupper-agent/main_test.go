@@ -40,16 +40,17 @@ func TestParseFlags(t *testing.T) {
 		want    options
 		wantErr bool
 	}{
-		{name: "defaults", want: options{addr: ":49983", user: "user", tokenFD: -1}},
+		{name: "defaults", want: options{addr: ":49983", user: "user", tokenFD: -1, insideConns: defaultInsideConns}},
+		{name: "no inside cap", args: []string{"--inside-conns", "0"}, want: options{addr: ":49983", user: "user", tokenFD: -1}},
 		{
 			name: "all",
 			args: []string{"--addr", "127.0.0.1:1", "--user", "root", "--access-token-file", "/t", "--no-ensure-user"},
-			want: options{addr: "127.0.0.1:1", user: "root", tokenFile: "/t", tokenFD: -1, noEnsureUser: true},
+			want: options{addr: "127.0.0.1:1", user: "root", tokenFile: "/t", tokenFD: -1, noEnsureUser: true, insideConns: defaultInsideConns},
 		},
 		{
 			name: "vsock",
 			args: []string{"--vsock-port", "49983", "--vsock-forward-port", "49984"},
-			want: options{addr: ":49983", user: "user", tokenFD: -1, vsockPort: 49983, vsockForwardPort: 49984},
+			want: options{addr: ":49983", user: "user", tokenFD: -1, vsockPort: 49983, vsockForwardPort: 49984, insideConns: defaultInsideConns},
 		},
 		{name: "vsock ports equal", args: []string{"--vsock-port", "5", "--vsock-forward-port", "5"}, wantErr: true},
 		{name: "vsock port too big", args: []string{"--vsock-port", "4294967295"}, wantErr: true},

@@ -50,8 +50,11 @@ type options struct {
 	// it.
 	vsockPort        uint
 	vsockForwardPort uint
-	version          bool
-	logOut           io.Writer
+	// insideConns caps the connections from inside the sandbox (see
+	// limitInside).
+	insideConns int
+	version     bool
+	logOut      io.Writer
 }
 
 // maxVsockPort is the largest vsock port; the next is VMADDR_PORT_ANY.
@@ -68,6 +71,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.codeInterpreter, "code-interpreter", "", "also serve the code interpreter (E2B's, on :49999) at this address")
 	fs.UintVar(&o.vsockPort, "vsock-port", 0, "also serve on this AF_VSOCK port (0: none)")
 	fs.UintVar(&o.vsockForwardPort, "vsock-forward-port", 0, "forward connections on this AF_VSOCK port to the sandbox's TCP ports (0: none)")
+	fs.IntVar(&o.insideConns, "inside-conns", defaultInsideConns, "most connections at once from inside the sandbox (loopback, its own addresses); 0 for no cap")
 	fs.BoolVar(&o.version, "version", false, "print the envd protocol version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -147,6 +151,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	ln = limitInside(ln, o.insideConns)
 	// HTTP/1.1 for the SDKs; HTTP/2 without TLS (h2c) for clients that
 	// want many streams on one connection.
 	var protocols http.Protocols
