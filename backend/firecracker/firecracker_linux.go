@@ -763,47 +763,15 @@ func linkOrCopy(src, dst string) error {
 	return nil
 }
 
-// validateSpec checks spec before anything is made.
+// validateSpec checks spec before anything is made: oci.ValidateSpec's
+// checks, with the guest's floors, and no more vCPUs than Firecracker
+// gives a VM.
 func validateSpec(s *backend.Spec) error {
-	if err := network.ValidateID(s.ID); err != nil {
+	if err := oci.ValidateSpec(s, oci.Floors{MemoryBytes: minMemoryBytes, MemoryWhy: "too small for the guest", DiskBytes: minDiskBytes}); err != nil {
 		return err
 	}
-	if !filepath.IsAbs(s.RootFS) {
-		return fmt.Errorf("sandbox %q: RootFS %q must be absolute: %w", s.ID, s.RootFS, errdefs.ErrInvalidArgument)
-	}
-	if fi, err := os.Stat(s.RootFS); err != nil {
-		return fmt.Errorf("sandbox %q: RootFS: %w: %w", s.ID, errdefs.ErrNotFound, err)
-	} else if !fi.IsDir() {
-		return fmt.Errorf("sandbox %q: RootFS %s is not a directory: %w", s.ID, s.RootFS, errdefs.ErrInvalidArgument)
-	}
-	if !filepath.IsAbs(s.Agent.Path) {
-		return fmt.Errorf("sandbox %q: agent path %q must be absolute: %w", s.ID, s.Agent.Path, errdefs.ErrInvalidArgument)
-	}
-	if fi, err := os.Stat(s.Agent.Path); err != nil {
-		return fmt.Errorf("sandbox %q: agent: %w: %w", s.ID, errdefs.ErrNotFound, err)
-	} else if !fi.Mode().IsRegular() {
-		return fmt.Errorf("sandbox %q: agent %s is not a regular file: %w", s.ID, s.Agent.Path, errdefs.ErrInvalidArgument)
-	}
-	r := s.Resources
-	if r.CPUs < 0 || r.MemoryBytes < 0 || r.Pids < 0 || r.DiskBytes < 0 {
-		return fmt.Errorf("sandbox %q: negative resources %+v: %w", s.ID, r, errdefs.ErrInvalidArgument)
-	}
-	if r.MemoryBytes != 0 && r.MemoryBytes < minMemoryBytes {
-		return fmt.Errorf("sandbox %q: memory %d is below %d MiB, too small for the guest: %w", s.ID, r.MemoryBytes, minMemoryBytes>>20, errdefs.ErrInvalidArgument)
-	}
-	if r.DiskBytes != 0 && r.DiskBytes < minDiskBytes {
-		return fmt.Errorf("sandbox %q: disk cap %d is below %d MiB: %w", s.ID, r.DiskBytes, minDiskBytes>>20, errdefs.ErrInvalidArgument)
-	}
-	if r.CPUs != 0 && r.CPUs < 0.01 {
-		return fmt.Errorf("sandbox %q: %v CPUs is below 0.01: %w", s.ID, r.CPUs, errdefs.ErrInvalidArgument)
-	}
-	if r.CPUs > maxVCPUs {
-		return fmt.Errorf("sandbox %q: %v CPUs is above Firecracker's %d vCPUs: %w", s.ID, r.CPUs, maxVCPUs, errdefs.ErrInvalidArgument)
-	}
-	for _, kv := range s.Env {
-		if !strings.Contains(kv, "=") {
-			return fmt.Errorf("sandbox %q: env entry %q is not KEY=VALUE: %w", s.ID, kv, errdefs.ErrInvalidArgument)
-		}
+	if s.Resources.CPUs > maxVCPUs {
+		return fmt.Errorf("sandbox %q: %v CPUs is above Firecracker's %d vCPUs: %w", s.ID, s.Resources.CPUs, maxVCPUs, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
