@@ -114,10 +114,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 			continue
 		}
 		next := interval(m)
-		if m.Available <= w.slack(m.Total) && !w.killOne(ctx, m) {
-			// Nothing to kill, or the kill failed: look again in a while
-			// rather than spin.
-			next = noVictimBackoff
+		if m.Available <= w.slack(m.Total) {
+			if rss, ok := w.killOne(ctx, m); ok {
+				w.settle(ctx, mi, m, rss)
+			} else {
+				// Nothing to kill, or the kill failed: look again in a
+				// while rather than spin.
+				next = noVictimBackoff
+			}
 		}
 		t.Reset(next)
 	}
@@ -142,18 +146,18 @@ func interval(m meminfo) time.Duration {
 }
 
 // killOne kills the process with the highest score, waits for it to be
-// gone and reports whether it killed one. It logs and returns false when
-// there is none to kill.
-func (w *Watcher) killOne(ctx context.Context, m meminfo) bool {
+// gone and reports whether it killed one, and the resident memory it had.
+// It logs and returns false when there is none to kill.
+func (w *Watcher) killOne(ctx context.Context, m meminfo) (int64, bool) {
 	procs, err := scan(w.cfg.Proc, w.self)
 	if err != nil {
 		w.log.Warn("oom: list processes", "err", err)
-		return false
+		return 0, false
 	}
 	v, ok := pickVictim(procs, m.Total)
 	if !ok {
 		w.log.Warn("out of memory, and no process to kill", "used_mib", (m.Total-m.Available)>>20, "limit_mib", m.Total>>20)
-		return false
+		return 0, false
 	}
 	reason := fmt.Sprintf("the sandbox's memory limit is %d MiB", m.Total>>20)
 	undo := func() {}
@@ -163,15 +167,38 @@ func (w *Watcher) killOne(ctx context.Context, m meminfo) bool {
 	if err := killProcess(w.cfg.Proc, v); err != nil {
 		undo()
 		if errors.Is(err, errGone) {
-			return true // it went by itself: look again at once
+			return 0, true // it went by itself: look again at once
 		}
 		w.log.Warn("oom: kill", "pid", v.pid, "err", err)
-		return false
+		return 0, false
 	}
 	w.log.Warn("out of memory: killed process", "pid", v.pid, "comm", v.comm, "rss_mib", v.rss>>20,
 		"used_mib", (m.Total-m.Available)>>20, "limit_mib", m.Total>>20)
 	w.waitGone(ctx, v)
-	return true
+	return v.rss, true
+}
+
+// settleTimeout bounds the wait after a kill for the sandbox's figures to
+// show the victim's memory freed. Short: a process that keeps allocating
+// meanwhile (about 0.2 GB/s in gVisor) must not outgrow the host's
+// headroom above the limit.
+const settleTimeout = 250 * time.Millisecond
+
+// settle waits, after a kill, until the figures show the victim's memory
+// freed (half of what it had resident back, or more than the slack
+// available) or settleTimeout passes. gVisor's figures lag a process's
+// exit: a look before they catch up would find the sandbox still out of
+// memory and take a second process, the shell that ran the first or a
+// sleeping neighbour, for the same spike.
+func (w *Watcher) settle(ctx context.Context, mi *meminfoFile, before meminfo, rss int64) {
+	deadline := time.Now().Add(settleTimeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		m, err := mi.read()
+		if err == nil && (m.Available-before.Available >= rss/2 || m.Available > w.slack(m.Total)) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // waitGone waits until v has left the process table (its memory is

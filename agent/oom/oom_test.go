@@ -307,3 +307,45 @@ func TestRunNeedsMeminfo(t *testing.T) {
 		t.Error("Run without meminfo returned nil")
 	}
 }
+
+// TestWatcherWaitsForFiguresToCatchUp: gVisor's figures lag a victim's
+// exit. The watcher must not take a second process for the same spike
+// while they still show the sandbox out of memory.
+func TestWatcherWaitsForFiguresToCatchUp(t *testing.T) {
+	p := newFakeProc(t)
+	p.setMeminfo(t, 1024, 900)
+	small := p.start(t, 8)
+	big := p.start(t, 64)
+	var mu sync.Mutex
+	var marked []int
+	w := New(Config{
+		Proc: p.dir,
+		Mark: func(pid int, reason string) func() {
+			mu.Lock()
+			marked = append(marked, pid)
+			mu.Unlock()
+			// The freed memory shows only 150 ms after the kill.
+			time.AfterFunc(150*time.Millisecond, func() { p.setMeminfo(t, 1024, 900) })
+			return func() {}
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	p.setMeminfo(t, 1024, 8)
+	if err := big.Wait(); err == nil {
+		t.Fatal("the big helper exited by itself")
+	}
+	time.Sleep(400 * time.Millisecond)
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(marked) != 1 || marked[0] != big.Process.Pid {
+		t.Errorf("marked %v, want only the big helper %d", marked, big.Process.Pid)
+	}
+	if err := small.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the small helper was taken while the figures lagged: %v", err)
+	}
+}
