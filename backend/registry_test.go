@@ -88,3 +88,20 @@ func TestOpensNeverTypedNil(t *testing.T) {
 		t.Fatalf("Opens = %v, %v; want nil and the error", b, err)
 	}
 }
+
+// TestUnsupported: a backend's stand-in on an operating system it cannot
+// run on fails every call with its error.
+func TestUnsupported(t *testing.T) {
+	want := errors.New("not here")
+	var b Backend = Unsupported{Err: want}
+	ctx := context.Background()
+	_, e1 := b.Start(ctx, &Spec{})
+	_, e2 := b.State(ctx, "x")
+	e3 := b.Stop(ctx, "x")
+	_, e4 := b.List(ctx)
+	for i, err := range []error{e1, e2, e3, e4} {
+		if !errors.Is(err, want) {
+			t.Errorf("call %d: %v, want %v", i, err, want)
+		}
+	}
+}

@@ -11,8 +11,9 @@ import (
 )
 
 // Backend runs sandboxes with runsc, which exists only on Linux: elsewhere
-// New fails and every method fails with errdefs.ErrNotSupported.
-type Backend struct{}
+// New fails with errdefs.ErrNotSupported, and the type only stands in for
+// the Linux one.
+type Backend struct{ backend.Unsupported }
 
 var errUnsupported = fmt.Errorf("gvisor backend: unsupported on this OS: %w", errdefs.ErrNotSupported)
 
@@ -21,33 +22,6 @@ func New(cfg Config) (*Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return nil, errUnsupported
-}
-
-// Start fails with errdefs.ErrNotSupported outside Linux.
-func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (*backend.Sandbox, error) {
-	return nil, errUnsupported
-}
-
-// State fails with errdefs.ErrNotSupported outside Linux.
-func (b *Backend) State(ctx context.Context, id string) (backend.State, error) {
-	return "", errUnsupported
-}
-
-// Stop fails with errdefs.ErrNotSupported outside Linux.
-func (b *Backend) Stop(ctx context.Context, id string) error { return errUnsupported }
-
-// List fails with errdefs.ErrNotSupported outside Linux.
-func (b *Backend) List(ctx context.Context) ([]string, error) { return nil, errUnsupported }
-
-// Pause fails with errdefs.ErrNotSupported outside Linux.
-func (b *Backend) Pause(ctx context.Context, id string) error { return errUnsupported }
-
-// Resume fails with errdefs.ErrNotSupported outside Linux.
-func (b *Backend) Resume(ctx context.Context, id string) error { return errUnsupported }
-
-// Stats fails with errdefs.ErrNotSupported outside Linux.
-func (b *Backend) Stats(ctx context.Context, id string) (*backend.Stats, error) {
 	return nil, errUnsupported
 }
 

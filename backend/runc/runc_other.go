@@ -11,8 +11,9 @@ import (
 )
 
 // Backend runs Linux containers, which exist only on Linux: elsewhere New
-// fails with errdefs.ErrNotSupported.
-type Backend struct{}
+// fails with errdefs.ErrNotSupported, and the type only stands in for the
+// Linux one.
+type Backend struct{ backend.Unsupported }
 
 var errUnsupported = fmt.Errorf("runc backend: unsupported on this OS: %w", errdefs.ErrNotSupported)
 
@@ -23,20 +24,6 @@ func New(cfg Config) (*Backend, error) {
 	}
 	return nil, errUnsupported
 }
-
-// Start fails with errdefs.ErrNotSupported outside Linux.
-func (b *Backend) Start(context.Context, *backend.Spec) (*backend.Sandbox, error) {
-	return nil, errUnsupported
-}
-
-// State fails with errdefs.ErrNotSupported outside Linux.
-func (b *Backend) State(context.Context, string) (backend.State, error) { return "", errUnsupported }
-
-// Stop fails with errdefs.ErrNotSupported outside Linux.
-func (b *Backend) Stop(context.Context, string) error { return errUnsupported }
-
-// List fails with errdefs.ErrNotSupported outside Linux.
-func (b *Backend) List(context.Context) ([]string, error) { return nil, errUnsupported }
 
 // check says that runc runs only on Linux.
 func check(context.Context) []backend.Finding {
