@@ -185,6 +185,21 @@ func (p *fakeProc) start(t *testing.T, mib int) *exec.Cmd {
 	return cmd
 }
 
+// runWatcher runs w until the returned stop is called, which checks that
+// Run ended as it should, with the cancellation.
+func runWatcher(t *testing.T, w *Watcher) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	return func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != context.Canceled {
+			t.Errorf("Run = %v", err)
+		}
+	}
+}
+
 func TestWatcherKillsTheLargest(t *testing.T) {
 	p := newFakeProc(t)
 	p.setMeminfo(t, 1024, 900)
@@ -209,15 +224,7 @@ func TestWatcherKillsTheLargest(t *testing.T) {
 		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != context.Canceled {
-			t.Errorf("Run = %v", err)
-		}
-	}()
+	defer runWatcher(t, w)()
 
 	// Plenty available: nothing happens.
 	time.Sleep(300 * time.Millisecond)
@@ -284,15 +291,10 @@ func TestWatcherSparesAdjMinus1000(t *testing.T) {
 		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	stop := runWatcher(t, w)
 	p.setMeminfo(t, 1024, 4)
 	time.Sleep(500 * time.Millisecond)
-	cancel()
-	if err := <-done; err != context.Canceled {
-		t.Errorf("Run = %v", err)
-	}
+	stop()
 	if marked != 0 {
 		t.Errorf("marked %d processes, want none", marked)
 	}
@@ -330,16 +332,13 @@ func TestWatcherWaitsForFiguresToCatchUp(t *testing.T) {
 		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	stop := runWatcher(t, w)
 	p.setMeminfo(t, 1024, 8)
 	if err := big.Wait(); err == nil {
 		t.Fatal("the big helper exited by itself")
 	}
 	time.Sleep(400 * time.Millisecond)
-	cancel()
-	<-done
+	stop()
 	mu.Lock()
 	defer mu.Unlock()
 	if len(marked) != 1 || marked[0] != big.Process.Pid {
