@@ -34,6 +34,8 @@ func (s *Server) controlPlane() http.Handler {
 	handle("GET", "/sandboxes/{id}/metrics", s.handleMetrics)
 	handle("PUT", "/sandboxes/{id}/network", s.handleNetwork)
 	handle("GET", "/sandboxes/{id}/network/denials", s.handleNetworkDenials)
+	s.snapshotRoutes(handle)
+	s.observeRoutes(handle)
 
 	// A pattern without a method is less specific than one with, so these
 	// catch only the methods not registered above.
