@@ -130,6 +130,11 @@ type Sandbox struct {
 	Pid int
 	// StartedAt is when the sandbox was started.
 	StartedAt time.Time
+	// Nameserver is the resolver the sandbox was given (the address of
+	// backend.EnvNameserver), empty when the backend gives none. A
+	// sandbox restored from a checkpoint (Checkpointer) is told it anew:
+	// its agent still holds the one of the network it was saved in.
+	Nameserver string
 }
 
 // State is the state of a sandbox as its backend sees it.

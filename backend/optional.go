@@ -7,19 +7,35 @@ import (
 	"github.com/lightbearco/tupper/netpolicy"
 )
 
-// Pauser is a backend that can freeze a sandbox and thaw it again. The
-// engine does not use it yet: pause and resume answer "not supported"
-// whatever the backend (they are the next piece of work).
+// Pauser is a backend that can freeze a sandbox and thaw it again, in
+// memory. The engine does not use it: its pause is a checkpoint to disk
+// (Checkpointer), which frees the sandbox's memory too.
 type Pauser interface {
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
 }
 
-// Checkpointer is a backend that can save a sandbox's whole state (memory,
-// processes, files) to dir and later restore it, possibly after the host
-// restarted. The engine does not use it yet (see Pauser).
+// Checkpointer is a backend that can save a running sandbox's whole state
+// (memory, processes, open files, its copy-on-write file system) and boot
+// it again from what it saved, possibly after the host restarted, and
+// possibly as another sandbox. The engine pauses, snapshots and forks
+// sandboxes with it; without it, those fail with errdefs.ErrNotSupported.
 type Checkpointer interface {
-	Checkpoint(ctx context.Context, id, dir string) error
+	// Checkpoint saves sandbox id into dir, which it makes (its parent
+	// exists). With keep the sandbox runs on (a snapshot; connections
+	// into it may be reset); without, it is stopped once saved and
+	// everything it held is freed, as by Stop: dir is then all there is
+	// of it. A failed Checkpoint leaves no dir, and the sandbox as it
+	// was when it can (else stopped: its state says which).
+	Checkpoint(ctx context.Context, id, dir string, keep bool) error
+	// Restore boots sandbox spec.ID from the checkpoint in dir, which it
+	// only reads: the same checkpoint may boot many sandboxes. spec is
+	// what Start would take, for the same image as the checkpointed
+	// sandbox's (else errdefs.ErrFailedPrecondition); spec.ID may be the
+	// checkpointed sandbox's own (a resume) or a new one (a fork). The
+	// restored sandbox keeps what its processes held, its agent's
+	// environment and access token among them, and gets a network of
+	// its own, whose address may differ from the one it was saved with.
 	Restore(ctx context.Context, spec *Spec, dir string) (*Sandbox, error)
 }
 
@@ -32,8 +48,6 @@ type Stats struct {
 }
 
 // StatsReader is a backend that reports resource use from the host side.
-// The engine does not use it yet: sandbox metrics come from the agent
-// inside the sandbox.
 type StatsReader interface {
 	Stats(ctx context.Context, id string) (*Stats, error)
 }

@@ -26,8 +26,19 @@ var _ backend.Checkpointer = (*Backend)(nil)
 // VMM writes (or maps) the whole guest memory.
 const snapshotTimeout = 5 * time.Minute
 
-// Checkpoint implements backend.Checkpointer: it pauses sandbox id (if it
-// runs), has Firecracker write a full snapshot (the microVM's state and
+// Checkpoint implements backend.Checkpointer: checkpoint, then the
+// sandbox resumed (keep) or stopped.
+func (b *Backend) Checkpoint(ctx context.Context, id, dir string, keep bool) error {
+	if err := b.checkpoint(ctx, id, dir); err != nil {
+		return err
+	}
+	if keep {
+		return b.Resume(ctx, id)
+	}
+	return b.Stop(ctx, id)
+}
+
+// checkpoint pauses sandbox id (if it runs), has Firecracker write a full snapshot (the microVM's state and
 // its whole memory) into the VMM's root, moves both into dir with a copy
 // of the writable disk (reflinked where the file system can), and writes
 // dir's manifest last: a directory without one holds no checkpoint. dir is
@@ -43,7 +54,7 @@ const snapshotTimeout = 5 * time.Minute
 // resumes the sandbox if it paused it. It fails with errdefs.ErrNotFound
 // for an id the backend does not hold and errdefs.ErrFailedPrecondition
 // for a sandbox that is not running or paused.
-func (b *Backend) Checkpoint(ctx context.Context, id, dir string) (retErr error) {
+func (b *Backend) checkpoint(ctx context.Context, id, dir string) (retErr error) {
 	if err := network.ValidateID(id); err != nil {
 		return err
 	}

@@ -175,7 +175,7 @@ func TestCheckpointRestoreStandInFrozenGuest(t *testing.T) {
 
 	since := numRecorded(t, record)
 	dir := filepath.Join(t.TempDir(), "checkpoint") // Checkpoint makes it
-	if err := b.Checkpoint(t.Context(), id, dir); err != nil {
+	if err := b.checkpoint(t.Context(), id, dir); err != nil {
 		t.Fatalf("Checkpoint: %v", err)
 	}
 	want := []apiCallRecord{
@@ -316,7 +316,7 @@ func TestCheckpointUndoesEveryStep(t *testing.T) {
 			b.failAt = step
 			defer func() { b.failAt = "" }()
 			dir := filepath.Join(t.TempDir(), "checkpoint")
-			if err := b.Checkpoint(t.Context(), id, dir); err == nil || !strings.Contains(err.Error(), "injected failure after step "+step) {
+			if err := b.checkpoint(t.Context(), id, dir); err == nil || !strings.Contains(err.Error(), "injected failure after step "+step) {
 				t.Fatalf("Checkpoint = %v, want the injected failure", err)
 			}
 			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
@@ -333,12 +333,12 @@ func TestCheckpointUndoesEveryStep(t *testing.T) {
 	}
 
 	dir := filepath.Join(t.TempDir(), "checkpoint")
-	if err := b.Checkpoint(t.Context(), id, dir); err != nil {
+	if err := b.checkpoint(t.Context(), id, dir); err != nil {
 		t.Fatal(err)
 	}
 	since := numRecorded(t, record)
 	b.failAt = "disk"
-	err := b.Checkpoint(t.Context(), id, dir)
+	err := b.checkpoint(t.Context(), id, dir)
 	b.failAt = ""
 	if err == nil {
 		t.Fatal("the injected failure did not happen")
@@ -372,7 +372,7 @@ func checkpointed(t *testing.T, b *Backend, id string) (*backend.Spec, string) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "checkpoint-"+id)
-	if err := b.Checkpoint(t.Context(), id, dir); err != nil {
+	if err := b.checkpoint(t.Context(), id, dir); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Stop(t.Context(), id); err != nil {
@@ -533,7 +533,7 @@ func TestJailedCheckpointRestoreStandIn(t *testing.T) {
 	guestRun(t, b, src, "echo jailed > /tmp/kept")
 	since := numRecorded(t, record)
 	dir := filepath.Join(t.TempDir(), "checkpoint")
-	if err := b.Checkpoint(t.Context(), src, dir); err != nil {
+	if err := b.checkpoint(t.Context(), src, dir); err != nil {
 		t.Fatal(err)
 	}
 	want := []apiCallRecord{
@@ -666,7 +666,7 @@ func TestCheckpointRestoreReal(t *testing.T) {
 	waitAgent(t, b, id)
 	pid := strings.TrimSpace(guestRun(t, b, id, "setsid sleep 600 >/dev/null 2>&1 </dev/null & echo $!; echo kept > /kept"))
 	dir := filepath.Join(t.TempDir(), "checkpoint")
-	if err := b.Checkpoint(t.Context(), id, dir); err != nil {
+	if err := b.checkpoint(t.Context(), id, dir); err != nil {
 		t.Fatalf("Checkpoint: %v", err)
 	}
 	if err := b.Stop(t.Context(), id); err != nil {

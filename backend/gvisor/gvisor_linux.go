@@ -126,6 +126,9 @@ type record struct {
 	Limits    limits            `json:"limits"`
 	DiskBytes int64             `json:"diskBytes,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
+	// RootFS is the image the sandbox runs on (Spec.RootFS), which a
+	// checkpoint of it must be restored on.
+	RootFS string `json:"rootfs,omitempty"`
 }
 
 // Start boots spec as described by backend.Backend. Its steps are: claim
@@ -133,7 +136,13 @@ type record struct {
 // make the network, write the OCI spec, runsc create, set the host's
 // memory limit and runsc start; a failure undoes the steps done, in
 // reverse (see oci.Boot).
-func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.Sandbox, retErr error) {
+func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (*backend.Sandbox, error) {
+	return b.boot(ctx, spec, "")
+}
+
+// boot is Start, or with image set Restore: the same steps, with runsc's
+// restore from the checkpoint in image in place of its create and start.
+func (b *Backend) boot(ctx context.Context, spec *backend.Spec, image string) (_ *backend.Sandbox, retErr error) {
 	bt, err := b.BeginStart(ctx, spec, floors)
 	if err != nil {
 		return nil, err
@@ -169,14 +178,15 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 	}
 	create := *b.Cmd
 	create.ExtraArgs = append(slices.Clip(b.Cmd.ExtraArgs), overlayFlag(dir, b.diskBytes(spec.Resources)))
-	pid, err := bt.Run(buildSpec(specInput{
+	ociSpec := buildSpec(specInput{
 		Spec:        b.WithNetwork(spec, ep),
 		RootPath:    rootfs,
 		Limits:      lim,
 		NetNSPath:   ep.NetNSPath,
 		CgroupsPath: cgPath,
 		LimitSwap:   b.limitSwap,
-	}), &create, func() error {
+	})
+	hostLimits := func() error {
 		// runsc has shown the sandbox its memory limit; the host's sits a
 		// headroom above (see hostMemory).
 		if err := setHostMemory(cgPath, lim.hostMemory()); err != nil {
@@ -186,12 +196,18 @@ func (b *Backend) Start(ctx context.Context, spec *backend.Spec) (_ *backend.San
 			bt.Log.Warn("cannot cap the host tasks of all sandboxes together", "err", err)
 		}
 		return nil
-	})
+	}
+	var pid int
+	if image == "" {
+		pid, err = bt.Run(ociSpec, &create, hostLimits)
+	} else {
+		pid, err = bt.Restore(ociSpec, &create, image, hostLimits)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return bt.Done(ep, pid, func(sb backend.Sandbox) any {
-		return record{Sandbox: sb, Limits: lim, DiskBytes: b.diskBytes(spec.Resources), Labels: spec.Labels}
+		return record{Sandbox: sb, Limits: lim, DiskBytes: b.diskBytes(spec.Resources), Labels: spec.Labels, RootFS: spec.RootFS}
 	})
 }
 

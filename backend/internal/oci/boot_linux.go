@@ -133,6 +133,60 @@ func (bt *Boot) Network(spec *backend.Spec) (*network.Endpoint, error) {
 // short by ctx (see Context): ctx is checked between them instead, so a
 // Start may outlive its ctx by one step.
 func (bt *Boot) Run(spec any, cmd *gorunc.Runc, between func() error) (int, error) {
+	return bt.launch(spec, func(rctx context.Context, console *os.File, pidFile string) error {
+		if err := cmd.Create(rctx, bt.ID, bt.Dir, &gorunc.CreateOpts{IO: FileIO{F: console}, PidFile: pidFile}); err != nil {
+			return fmt.Errorf("%s create: %w: %s", bt.r.Name, err, Tail(ConsolePath(bt.Dir), 2048))
+		}
+		bt.Step("create")
+		if between != nil {
+			if err := between(); err != nil {
+				return err
+			}
+		}
+		if err := bt.checkCtx("after create by"); err != nil {
+			return err
+		}
+		if err := cmd.Start(rctx, bt.ID); err != nil {
+			return fmt.Errorf("%s start: %w: %s", bt.r.Name, err, Tail(ConsolePath(bt.Dir), 2048))
+		}
+		bt.Step("start")
+		return nil
+	})
+}
+
+// Restore is Run for a sandbox booted from the checkpoint in image: the
+// runtime's restore takes the place of create and start, and after (when
+// set) runs once it is up. The console starts with the checkpointed
+// sandbox's, when image keeps one (CheckpointConsole).
+func (bt *Boot) Restore(spec any, cmd *gorunc.Runc, image string, after func() error) (int, error) {
+	if err := CopyFile(filepath.Join(image, CheckpointConsole), ConsolePath(bt.Dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, bt.Fail(err)
+	}
+	return bt.launch(spec, func(rctx context.Context, console *os.File, pidFile string) error {
+		opts := &gorunc.RestoreOpts{
+			CheckpointOpts: gorunc.CheckpointOpts{ImagePath: image},
+			IO:             FileIO{F: console}, Detach: true, PidFile: pidFile,
+		}
+		if _, err := cmd.Restore(rctx, bt.ID, bt.Dir, opts); err != nil {
+			return fmt.Errorf("%s restore: %w: %s", bt.r.Name, err, Tail(ConsolePath(bt.Dir), 2048))
+		}
+		bt.Step("restore")
+		if after != nil {
+			return after()
+		}
+		return nil
+	})
+}
+
+// CheckpointConsole is the file of a checkpoint directory that keeps the
+// checkpointed sandbox's console (its agent's log), which a restore
+// continues.
+const CheckpointConsole = "console.log"
+
+// launch writes spec as the bundle's OCI spec and runs boot, which brings
+// the sandbox up with its output on console and its runtime's pid in
+// pidFile, and returns that pid.
+func (bt *Boot) launch(spec any, boot func(rctx context.Context, console *os.File, pidFile string) error) (int, error) {
 	if err := WriteJSON(filepath.Join(bt.Dir, SpecFile), spec); err != nil {
 		return 0, bt.Fail(err)
 	}
@@ -146,35 +200,16 @@ func (bt *Boot) Run(spec any, cmd *gorunc.Runc, between func() error) (int, erro
 		defer cancel()
 		return errors.Join(bt.r.Destroy(c, bt.ID), RemoveCgroup(bt.r.CgroupsPath(bt.ID)))
 	})
-	checkCtx := func(when string) error {
-		if err := bt.ctx.Err(); err != nil {
-			return bt.Fail(fmt.Errorf("%s %s: %w", when, bt.r.Name, context.Cause(bt.ctx)))
-		}
-		return nil
-	}
-	if err := checkCtx("before create of"); err != nil {
+	if err := bt.checkCtx("before"); err != nil {
 		return 0, err
 	}
 	rctx, cancel := Context(bt.ctx)
 	defer cancel()
 	pidFile := filepath.Join(bt.Dir, PidFile)
-	if err := cmd.Create(rctx, bt.ID, bt.Dir, &gorunc.CreateOpts{IO: FileIO{F: console}, PidFile: pidFile}); err != nil {
-		return 0, bt.Fail(fmt.Errorf("%s create: %w: %s", bt.r.Name, err, Tail(ConsolePath(bt.Dir), 2048)))
+	if err := boot(rctx, console, pidFile); err != nil {
+		return 0, bt.Fail(err)
 	}
-	bt.Step("create")
-	if between != nil {
-		if err := between(); err != nil {
-			return 0, bt.Fail(err)
-		}
-	}
-	if err := checkCtx("after create by"); err != nil {
-		return 0, err
-	}
-	if err := cmd.Start(rctx, bt.ID); err != nil {
-		return 0, bt.Fail(fmt.Errorf("%s start: %w: %s", bt.r.Name, err, Tail(ConsolePath(bt.Dir), 2048)))
-	}
-	bt.Step("start")
-	if err := checkCtx("after start by"); err != nil {
+	if err := bt.checkCtx("after boot by"); err != nil {
 		return 0, err
 	}
 	pid, err := ReadPid(pidFile)
@@ -184,15 +219,24 @@ func (bt *Boot) Run(spec any, cmd *gorunc.Runc, between func() error) (int, erro
 	return pid, nil
 }
 
+// checkCtx fails once the Start's ctx is done, saying when.
+func (bt *Boot) checkCtx(when string) error {
+	if err := bt.ctx.Err(); err != nil {
+		return bt.Fail(fmt.Errorf("%s %s: %w", when, bt.r.Name, context.Cause(bt.ctx)))
+	}
+	return nil
+}
+
 // Done records the started sandbox, reached at its network's address, in
 // the bundle (record, which must embed backend.Sandbox, is given it), and
 // keeps everything made.
 func (bt *Boot) Done(ep *network.Endpoint, pid int, record func(backend.Sandbox) any) (*backend.Sandbox, error) {
 	sb := backend.Sandbox{
-		ID:        bt.ID,
-		AgentAddr: net.JoinHostPort(ep.SandboxAddr.Addr().String(), strconv.Itoa(backend.AgentPort)),
-		Pid:       pid,
-		StartedAt: time.Now().UTC(),
+		ID:         bt.ID,
+		AgentAddr:  net.JoinHostPort(ep.SandboxAddr.Addr().String(), strconv.Itoa(backend.AgentPort)),
+		Pid:        pid,
+		StartedAt:  time.Now().UTC(),
+		Nameserver: ep.HostAddr.Addr().String(),
 	}
 	if err := WriteJSON(filepath.Join(bt.Dir, RecordFile), record(sb)); err != nil {
 		return nil, bt.Fail(err)
