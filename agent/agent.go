@@ -4,7 +4,6 @@
 package agent
 
 import (
-	"crypto/subtle"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/lightbearco/tupper/agent/accesstoken"
 	"github.com/lightbearco/tupper/agent/files"
 	"github.com/lightbearco/tupper/agent/filesystem"
 	"github.com/lightbearco/tupper/agent/identity"
@@ -33,8 +33,20 @@ type Config struct {
 	// Env is the base environment of every process the agent starts.
 	Env []string
 	// AccessToken, when set, must accompany every request in the
-	// X-Access-Token header, except /health and signed /files URLs.
+	// X-Access-Token header, except /health and signed /files URLs. It is
+	// the token at start: POST /init replaces it (see docs/design/agent-init.md).
 	AccessToken string
+	// TokenChanged, when set, is called by /init with the access token it
+	// has just put in place of the old one, before /init answers, for
+	// what checks the token beyond this handler (the code interpreter, a
+	// process of its own). It must return only once that refuses the old
+	// token. Calls do not overlap.
+	TokenChanged func(token string)
+	// Network, when set, is what /init rewrites of the sandbox's view of
+	// its network. Nil means the agent does not own /etc/resolv.conf and
+	// /etc/hosts (it is not the sandbox's first process), and /init
+	// refuses to change them.
+	Network *Network
 	// Logger receives the agent's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -55,7 +67,7 @@ func (c *Config) Validate() error {
 
 // NewHandler returns the agent's whole HTTP surface: the Connect services
 // process.Process and filesystem.Filesystem (JSON and binary encodings),
-// /files, /health, /envs and /metrics.
+// /files, /health, /envs, /metrics, and /init for the engine.
 func NewHandler(cfg Config) (http.Handler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -70,25 +82,30 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	fs := filesystem.New(filesystem.Config{DefaultUser: cfg.DefaultUser, Logger: cfg.Logger})
 	path, h = filesystemconnect.NewFilesystemHandler(fs)
 	mux.Handle(path, h)
-	mux.Handle("/files", files.New(files.Config{DefaultUser: cfg.DefaultUser, AccessToken: cfg.AccessToken, Logger: cfg.Logger}))
+	token := accesstoken.New(cfg.AccessToken)
+	mux.Handle("/files", files.New(files.Config{DefaultUser: cfg.DefaultUser, AccessToken: token, Logger: cfg.Logger}))
 	st := status.New(status.Config{Env: cfg.Env, Logger: cfg.Logger})
 	mux.Handle("/health", st)
 	mux.Handle("/envs", st)
 	mux.Handle("/metrics", st)
-	return requireToken(cfg.AccessToken, mux), nil
+	ih := &initHandler{token: token, tokenChanged: cfg.TokenChanged, log: cfg.Logger.With("op", "init")}
+	if cfg.Network != nil {
+		n := *cfg.Network // /init updates its copy
+		ih.net = &n
+	}
+	mux.Handle("POST /init", ih)
+	return requireToken(token, mux), nil
 }
 
-// requireToken refuses requests without the access token. /health stays
-// open (the SDK probes it), and /files checks signed URLs itself.
-func requireToken(token string, next http.Handler) http.Handler {
-	if token == "" {
-		return next
-	}
+// requireToken refuses requests without the access token token holds at
+// the time (none: every request passes). /health stays open (the SDK
+// probes it), and /files checks signed URLs itself.
+func requireToken(token *accesstoken.Token, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/health", r.URL.Path == "/files":
 			next.ServeHTTP(w, r)
-		case subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Access-Token")), []byte(token)) == 1:
+		case token.Opens(r.Header.Get("X-Access-Token")):
 			next.ServeHTTP(w, r)
 		default:
 			http.Error(w, "missing or wrong X-Access-Token", http.StatusUnauthorized)

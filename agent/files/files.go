@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/lightbearco/tupper/agent/accesstoken"
 	"github.com/lightbearco/tupper/agent/filesystem/userfs"
 	"github.com/lightbearco/tupper/agent/identity"
 	"github.com/lightbearco/tupper/errdefs"
@@ -26,10 +27,13 @@ type Config struct {
 	// DefaultUser is the user a request acts as when it names none; empty
 	// means identity.DefaultUser.
 	DefaultUser string
-	// AccessToken, when set, must accompany every request: as the
-	// X-Access-Token header, or as a signature over the request in the
-	// query (see Signature). Empty means requests need neither.
-	AccessToken string
+	// AccessToken, when it holds a token, must accompany every request:
+	// as the X-Access-Token header, or as a signature over the request in
+	// the query (see Signature). Each request is checked against the token
+	// it holds then, so a token replaced while the handler serves (the
+	// agent's /init) takes effect at once, and signatures made with the
+	// old one stop working. Nil or empty means requests need neither.
+	AccessToken *accesstoken.Token
 	// Logger receives the handler's logs; nil means slog.Default().
 	Logger *slog.Logger
 }

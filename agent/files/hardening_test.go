@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/lightbearco/tupper/agent/accesstoken"
 	"github.com/lightbearco/tupper/agent/files"
 	"github.com/lightbearco/tupper/internal/testutil"
 )
@@ -30,7 +31,7 @@ func TestDownloadFIFO(t *testing.T) {
 func TestSignedURLKeepsItsUser(t *testing.T) {
 	requireRoot(t)
 	const token = "secret-token"
-	base := newServer(t, files.Config{AccessToken: token})
+	base := newServer(t, files.Config{AccessToken: accesstoken.New(token)})
 	dir := testutil.SharedTempDir(t)
 	target := filepath.Join(dir, "up.txt")
 	sig := files.Signature(target, "write", "nobody", token, 0)

@@ -37,7 +37,8 @@ func Signature(path, operation, username, token string, expiration int64) string
 	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
 }
 
-// authorize checks r against Config.AccessToken for op. Without a token
+// authorize checks r against the token Config.AccessToken holds now for
+// op. Without a token
 // every request passes. With one, the X-Access-Token header, when present,
 // must match it; otherwise the query's signature must match Signature over
 // the query's path and username, and its signature_expiration, when given,
@@ -45,7 +46,7 @@ func Signature(path, operation, username, token string, expiration int64) string
 // reports whether the signature is what let r in: then the signed username
 // alone says whom r acts as.
 func (h *handler) authorize(r *http.Request, op string) (signed bool, err error) {
-	token := h.cfg.AccessToken
+	token := h.cfg.AccessToken.Get()
 	if token == "" {
 		return false, nil
 	}

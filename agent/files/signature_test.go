@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lightbearco/tupper/agent/accesstoken"
 	"github.com/lightbearco/tupper/agent/files"
 )
 
@@ -35,7 +36,7 @@ func TestSignatureVectors(t *testing.T) {
 
 func TestSignedURLs(t *testing.T) {
 	const token = "secret-token"
-	base := newServer(t, files.Config{AccessToken: token})
+	base := newServer(t, files.Config{AccessToken: accesstoken.New(token)})
 	dir := t.TempDir()
 	p := filepath.Join(dir, "signed.txt")
 	if err := os.WriteFile(p, []byte("signed"), 0o644); err != nil {
@@ -88,6 +89,51 @@ func TestSignedURLs(t *testing.T) {
 				return
 			}
 			if status != http.StatusOK {
+				t.Fatalf("status = %d: %s", status, got)
+			}
+		})
+	}
+}
+
+// TestReplacedTokenTakesEffect checks that once the token the handler
+// holds is replaced (as the agent's /init does after a restore), URLs
+// signed with the old token and the old header stop working, and the new
+// token opens /files both ways.
+func TestReplacedTokenTakesEffect(t *testing.T) {
+	const oldToken, newToken = "old-token-0123456789", "new-token-0123456789"
+	tok := accesstoken.New(oldToken)
+	base := newServer(t, files.Config{AccessToken: tok})
+	p := filepath.Join(t.TempDir(), "f.txt")
+	if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	signed := func(token string) string {
+		return filesURL(base, "path", p, "signature", files.Signature(p, "read", "", token, 0))
+	}
+	oldURL := signed(oldToken)
+	if status, body := do(t, "GET", oldURL, "", nil); status != http.StatusOK {
+		t.Fatalf("before the change, the old signature: %d %s", status, body)
+	}
+	tok.Set(newToken)
+	tests := []struct {
+		name   string
+		url    string
+		header []string
+		status int
+	}{
+		{"old signature", oldURL, nil, 401},
+		{"old header", filesURL(base, "path", p), []string{"X-Access-Token", oldToken}, 401},
+		{"new signature", signed(newToken), nil, 200},
+		{"new header", filesURL(base, "path", p), []string{"X-Access-Token", newToken}, 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, got := do(t, "GET", tt.url, "", nil, tt.header...)
+			if tt.status != http.StatusOK {
+				checkError(t, status, got, tt.status)
+				return
+			}
+			if status != http.StatusOK || string(got) != "x" {
 				t.Fatalf("status = %d: %s", status, got)
 			}
 		})

@@ -13,7 +13,6 @@ package interpreter
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -27,6 +26,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lightbearco/tupper/agent/accesstoken"
 )
 
 // Port is where E2B's SDKs look for the code interpreter.
@@ -71,7 +72,7 @@ type Config struct {
 	// AccessToken, when set, must come in the X-Access-Token header of
 	// every /execute: it is the sandbox's envd token, which E2B's SDKs
 	// send there. Contexts can be listed, made and removed without it,
-	// as on E2B.
+	// as on E2B. It is the token at start: SetAccessToken replaces it.
 	AccessToken string
 	// Env is the base environment of the kernels.
 	Env []string
@@ -109,8 +110,9 @@ func (c *Config) Validate() error {
 
 // Server serves the code interpreter protocol. Close ends its kernels.
 type Server struct {
-	cfg Config
-	mux *http.ServeMux
+	cfg   Config
+	mux   *http.ServeMux
+	token *accesstoken.Token
 
 	scriptsMu sync.Mutex
 	scripts   string // the directory of the kernels' programs, once written
@@ -127,7 +129,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), contexts: map[string]*codeContext{}, defaults: map[string]*codeContext{}}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), token: accesstoken.New(cfg.AccessToken), contexts: map[string]*codeContext{}, defaults: map[string]*codeContext{}}
 	s.mux.HandleFunc("GET /health", s.health)
 	s.mux.HandleFunc("POST /execute", s.execute)
 	s.mux.HandleFunc("POST /contexts", s.createContext)
@@ -145,6 +147,12 @@ func New(cfg Config) (*Server, error) {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// SetAccessToken replaces the token /execute requires, as the agent's
+// /init does after a restore: every /execute that arrives after it returns
+// needs token, and the old one is refused. It is safe to call while the
+// server serves.
+func (s *Server) SetAccessToken(token string) { s.token.Set(token) }
 
 // Close ends every context's kernel.
 func (s *Server) Close() {
@@ -187,7 +195,7 @@ type executeRequest struct {
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
-	if tok := s.cfg.AccessToken; tok != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Access-Token")), []byte(tok)) != 1 {
+	if !s.token.Opens(r.Header.Get("X-Access-Token")) {
 		writeError(w, http.StatusUnauthorized, "missing or wrong X-Access-Token: send the sandbox's envdAccessToken")
 		return
 	}

@@ -27,6 +27,13 @@ const testToken = "test-token"
 // node and bash.
 func newTestServer(t *testing.T) *httptest.Server {
 	t.Helper()
+	_, hs := startTestServer(t)
+	return hs
+}
+
+// startTestServer is newTestServer that also returns the Server.
+func startTestServer(t *testing.T) (*Server, *httptest.Server) {
+	t.Helper()
 	py := "/usr/bin/python3"
 	if err := exec.Command(py, "-c", "import ipykernel, jupyter_client").Run(); err != nil {
 		testutil.Skip(t, "needs Debian's python3-ipykernel and python3-jupyter-client (scripts/setup.sh installs them)")
@@ -40,7 +47,7 @@ func newTestServer(t *testing.T) *httptest.Server {
 		hs.Close()
 		srv.Close()
 	})
-	return hs
+	return srv, hs
 }
 
 // line is one line of an /execute answer.
@@ -438,5 +445,31 @@ func TestBadRequests(t *testing.T) {
 				t.Fatalf("%s: %s %q, want %d with a message", tc.name, resp.Status, b, tc.want)
 			}
 		})
+	}
+}
+
+// TestSetAccessToken checks that once the token is replaced (the agent's
+// /init after a restore), /execute refuses the old one and runs a cell
+// with the new one.
+func TestSetAccessToken(t *testing.T) {
+	srv, hs := startTestServer(t)
+	const newToken = "rotated-token-0123456789"
+	srv.SetAccessToken(newToken)
+	execute := func(token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/execute", strings.NewReader(`{"code":"echo hi","language":"bash"}`))
+		req.Header.Set("X-Access-Token", token)
+		resp, err := hs.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, body := execute(testToken); status != http.StatusUnauthorized {
+		t.Errorf("the old token: %d %s, want 401", status, body)
+	}
+	if status, body := execute(newToken); status != http.StatusOK || !strings.Contains(body, `"text":"hi\n"`) {
+		t.Errorf("the new token: %d %s, want 200 with the cell's output", status, body)
 	}
 }
