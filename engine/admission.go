@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lightbearco/tupper/engine/store"
 	"github.com/lightbearco/tupper/errdefs"
 )
 
@@ -227,8 +228,13 @@ func (e *Engine) admit(ctx context.Context) (done func(), err error) {
 		<-a.turns
 	}
 	e.mu.Lock()
-	live, teamLive := len(e.live), 0
+	// Paused sandboxes hold no memory or CPU: they do not count.
+	live, teamLive := 0, 0
 	for _, l := range e.live {
+		if l.rec.State == store.StatePaused {
+			continue
+		}
+		live++
 		if l.rec.Team == team {
 			teamLive++
 		}

@@ -48,10 +48,14 @@ type CreateOptions struct {
 	// nil the engine's DefaultNetwork applies.
 	Network             *netpolicy.Policy
 	AllowInternetAccess *bool
-	// Secure and AutoPause are E2B's create options of those names, kept
-	// in the record (see store.Sandbox).
-	Secure    *bool
-	AutoPause bool
+	// Secure, AutoPause, AutoPauseMemory and AutoResume are E2B's create
+	// options of those names, kept in the record (see store.Sandbox).
+	// AutoResume needs AutoPause, and AutoPauseMemory false (a pause of
+	// files alone) rules AutoResume out, as in E2B.
+	Secure          *bool
+	AutoPause       bool
+	AutoPauseMemory *bool
+	AutoResume      bool
 	// Backend names the registered backend to run the sandbox on; empty
 	// means the engine's default (Config.Backend). An unknown name fails
 	// with errdefs.ErrInvalidArgument, listing the known ones; a backend
@@ -77,6 +81,12 @@ const (
 func (o *CreateOptions) validate(cfg *Config) error {
 	if o.Template != "" && o.Image != "" {
 		return fmt.Errorf("create: name a template or an image, not both: %w", errdefs.ErrInvalidArgument)
+	}
+	if o.AutoResume && !o.AutoPause {
+		return fmt.Errorf("create: autoResume needs the sandbox to pause at its timeout (autoPause): %w", errdefs.ErrInvalidArgument)
+	}
+	if o.AutoResume && o.AutoPauseMemory != nil && !*o.AutoPauseMemory {
+		return fmt.Errorf("create: autoResume needs a pause that keeps memory: a pause of files alone is resumed by connect only: %w", errdefs.ErrInvalidArgument)
 	}
 	if o.Timeout < 0 {
 		return fmt.Errorf("create: timeout %v is negative: %w", o.Timeout, errdefs.ErrInvalidArgument)
@@ -147,6 +157,14 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	if err := opts.validate(&e.cfg); err != nil {
 		return nil, err
 	}
+	if opts.Template != "" {
+		// A template may name a snapshot (E2B's Sandbox.create(snapshotId)).
+		if sn, err := e.GetSnapshot(ctx, opts.Template); err == nil {
+			return e.createFromSnapshot(ctx, opts, sn)
+		} else if !errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("create: %w", err)
+		}
+	}
 	// Before a turn is taken: a create that names a backend this host
 	// lacks fails at once.
 	be, err := e.backendNamed(ctx, opts.Backend)
@@ -188,7 +206,8 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		DiskMB: orDefault(opts.DiskMB, e.cfg.DefaultDiskMB), AccessToken: newToken(),
 		StartedAt: now, EndAt: now.Add(timeout),
 		Network: opts.Network, AllowInternetAccess: opts.AllowInternetAccess,
-		Secure: opts.Secure, AutoPause: opts.AutoPause,
+		Secure: opts.Secure, AutoPause: opts.AutoPause, AutoPauseMemory: opts.AutoPauseMemory, AutoResume: opts.AutoResume,
+		Timeout: timeout, Pids: orDefault(opts.Pids, e.cfg.DefaultPids),
 		CodeInterpreterPort: codeInterpreterPort(img),
 	}
 	if sb.TemplateID == "" {
@@ -209,16 +228,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		e.store.Delete(context.WithoutCancel(ctx), sb.ID)
 		return nil, fmt.Errorf("create: %w", err)
 	}
-	spec := &backend.Spec{
-		ID:        sb.ID,
-		RootFS:    img.RootFS,
-		Image:     BackendImage(img),
-		Env:       sandboxEnv(img.Config.Env, opts.Env, sb.AccessToken),
-		Agent:     backend.Agent{Path: e.cfg.AgentPath, Args: agentArgs(sb)},
-		Resources: backend.Resources{CPUs: sb.CPUs, MemoryBytes: int64(sb.MemoryMB) << 20, Pids: orDefault(opts.Pids, e.cfg.DefaultPids), DiskBytes: int64(sb.DiskMB) << 20},
-		Labels:    map[string]string{"template": sb.TemplateID},
-		Network:   netpolicy.WithInternet(sb.Network, sb.AllowInternetAccess),
-	}
+	spec := e.specFor(sb, img)
 	// Booting is the engine's business, not the caller's: a caller that
 	// goes away mid-boot must not leave a half-made sandbox, so the boot
 	// runs on the engine's context, bounded by BootTimeout.
@@ -257,6 +267,20 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	}
 	log.Info("sandbox created", "template", sb.TemplateID, "addr", sb.AgentAddr, "took", time.Since(now))
 	return sb, nil
+}
+
+// specFor is what the backend boots sandbox sb, with image img, from.
+func (e *Engine) specFor(sb *Sandbox, img *image.Image) *backend.Spec {
+	return &backend.Spec{
+		ID:        sb.ID,
+		RootFS:    img.RootFS,
+		Image:     BackendImage(img),
+		Env:       sandboxEnv(img.Config.Env, sb.Env, sb.AccessToken),
+		Agent:     backend.Agent{Path: e.cfg.AgentPath, Args: agentArgs(sb)},
+		Resources: backend.Resources{CPUs: sb.CPUs, MemoryBytes: int64(sb.MemoryMB) << 20, Pids: orDefault(sb.Pids, e.cfg.DefaultPids), DiskBytes: int64(sb.DiskMB) << 20},
+		Labels:    map[string]string{"template": sb.TemplateID},
+		Network:   netpolicy.WithInternet(sb.Network, sb.AllowInternetAccess),
+	}
 }
 
 // waitAgent polls the agent's /health until it answers 204, failing early

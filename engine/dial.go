@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/lightbearco/tupper/backend"
+	"github.com/lightbearco/tupper/engine/store"
 	"github.com/lightbearco/tupper/errdefs"
 )
 
@@ -67,12 +68,33 @@ func (e *Engine) Dial(ctx context.Context, id string, port int) (net.Conn, error
 	e.mu.Lock()
 	l, ok := e.live[id]
 	var agentAddr string
+	var paused, autoResume bool
 	if ok {
 		agentAddr = l.rec.AgentAddr
+		paused = l.suspending || l.rec.State == store.StatePaused
+		autoResume = l.rec.AutoResume
 	}
 	e.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("sandbox %q: %w (it is not running)", id, errdefs.ErrNotFound)
+	}
+	if paused {
+		if !autoResume {
+			return nil, errPaused(id)
+		}
+		// The request that reaches a paused sandbox wakes it (E2B's
+		// autoResume); a pause under way is waited for first.
+		sb, err := e.resume(ctx, id, 0)
+		if err != nil {
+			return nil, err
+		}
+		e.mu.Lock()
+		l, ok = e.live[id]
+		e.mu.Unlock()
+		if !ok {
+			return nil, fmt.Errorf("sandbox %q: %w (it is not running)", id, errdefs.ErrNotFound)
+		}
+		agentAddr = sb.AgentAddr
 	}
 	conn, err := dialBackend(ctx, l.be, id, agentAddr, port)
 	if err != nil {

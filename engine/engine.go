@@ -238,6 +238,15 @@ type liveSandbox struct {
 	// writeMu orders the writes of the sandbox's record to the store,
 	// which are made outside Engine.mu: no disk I/O under the global lock.
 	writeMu sync.Mutex
+	// op orders the operations that checkpoint or restore the sandbox
+	// (pause, resume, snapshot, fork); a kill does not wait for it.
+	op sync.Mutex
+	// gen counts the sandbox's boots (a resume is one), and suspending is
+	// set while a pause stops it: a watch of an earlier boot, or of one a
+	// pause ends, must not take its end for a crash. Guarded by
+	// Engine.mu.
+	gen        uint64
+	suspending bool
 }
 
 // New opens the engine's state under cfg.Root, re-attaches to the

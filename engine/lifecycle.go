@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,8 +14,8 @@ import (
 	"github.com/lightbearco/tupper/errdefs"
 )
 
-// track starts enforcing the time to live of sb, running on be. It
-// reports false when the engine is closed.
+// track starts enforcing the time to live of sb, running on be, or keeps
+// it paused. It reports false when the engine is closed.
 func (e *Engine) track(sb *Sandbox, be backend.Backend) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -22,30 +23,43 @@ func (e *Engine) track(sb *Sandbox, be backend.Backend) bool {
 		return false
 	}
 	id := sb.ID
-	e.live[id] = &liveSandbox{
+	l := &liveSandbox{
 		be: be, beName: sb.Backend, rec: sb.Clone(), endAt: sb.EndAt, conns: &connSet{},
 		timer: time.AfterFunc(time.Until(sb.EndAt), func() { e.expire(id) }),
 	}
-	if w, ok := be.(backend.Waiter); ok {
-		e.wg.Add(1)
-		go e.watch(w, id)
+	e.live[id] = l
+	if sb.State == store.StatePaused {
+		l.timer.Stop()
+		return true
 	}
+	e.watchLocked(id, l)
 	return true
+}
+
+// watchLocked starts watching for the end of l, the live entry of sandbox
+// id, booted anew. The caller holds e.mu.
+func (e *Engine) watchLocked(id string, l *liveSandbox) {
+	l.gen++
+	if w, ok := l.be.(backend.Waiter); ok {
+		e.wg.Add(1)
+		go e.watch(w, id, l, l.gen)
+	}
 }
 
 // watch kills (that is, cleans up and records) a sandbox that ends on its
 // own, so that it is reported dead at once rather than when its time runs
-// out.
-func (e *Engine) watch(w backend.Waiter, id string) {
+// out. gen is the boot of l it watches: a pause ends that boot on
+// purpose, and a resume starts another.
+func (e *Engine) watch(w backend.Waiter, id string, l *liveSandbox, gen uint64) {
 	defer e.wg.Done()
 	if err := w.Wait(e.bg, id); err != nil {
 		return // the engine is closing, or the sandbox is already gone
 	}
 	e.mu.Lock()
-	_, live := e.live[id]
+	mine := e.live[id] == l && l.gen == gen && !l.suspending && l.rec.State == store.StateRunning
 	e.mu.Unlock()
-	if !live {
-		return // killed on purpose
+	if !mine {
+		return // killed or paused on purpose
 	}
 	e.log.Warn("sandbox exited on its own", "sandbox", id)
 	if err := e.kill(e.bg, id, exitedReason); err != nil && !errdefs.IsNotFound(err) {
@@ -76,6 +90,25 @@ func (e *Engine) expire(id string) {
 	if left := time.Until(l.endAt); left > 0 {
 		l.timer.Reset(left)
 		e.mu.Unlock()
+		return
+	}
+	if l.rec.State == store.StatePaused {
+		e.mu.Unlock()
+		return // a paused sandbox waits, for ever, to be resumed or killed
+	}
+	if l.rec.AutoPause {
+		e.wg.Add(1)
+		e.mu.Unlock()
+		defer e.wg.Done()
+		keep := l.rec.AutoPauseMemory == nil || *l.rec.AutoPauseMemory
+		err := e.pause(e.bg, id, keep)
+		if err == nil || errdefs.IsNotFound(err) || errors.Is(err, errdefs.ErrFailedPrecondition) {
+			return // paused, or killed or paused meanwhile
+		}
+		e.log.Error("pause expired sandbox; killing it instead", "sandbox", id, "err", err)
+		if err := e.kill(e.bg, id, fmt.Sprintf("timeout: pausing it failed: %v", err)); err != nil && !errdefs.IsNotFound(err) {
+			e.log.Error("kill expired sandbox", "sandbox", id, "err", err)
+		}
 		return
 	}
 	delete(e.live, id)
@@ -229,12 +262,16 @@ func (e *Engine) List(ctx context.Context, opts ListOptions) ([]*Sandbox, string
 	return list, next, nil
 }
 
-// Connect returns a running sandbox; a positive timeout also sets its time
-// to live from now, as E2B's connect does, though never shortens it.
+// Connect returns a running sandbox, resuming it first when it is paused;
+// a positive timeout also sets its time to live from now, as E2B's
+// connect does, though never shortens that of a running one.
 func (e *Engine) Connect(ctx context.Context, id string, timeout time.Duration) (*Sandbox, error) {
 	sb, err := e.Get(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if sb.State == store.StatePaused {
+		return e.Resume(ctx, id, timeout)
 	}
 	if timeout > 0 && time.Now().Add(timeout).After(sb.EndAt) {
 		if err := e.SetTimeout(ctx, id, timeout); err != nil {
@@ -329,6 +366,7 @@ func (e *Engine) markKilled(ctx context.Context, id string, l *liveSandbox, reas
 		e.log.Error("record kill", "sandbox", id, "err", err)
 	}
 	e.releaseImage(ctx, id)
+	e.removeCheckpoint(id)
 	e.log.Info("sandbox killed", "sandbox", id, "reason", reason)
 	if e.cfg.OnKilled != nil {
 		e.cfg.OnKilled(id)
@@ -368,6 +406,16 @@ func (e *Engine) recover(ctx context.Context) error {
 				continue
 			}
 			e.markKilled(ctx, sb.ID, nil, fmt.Sprintf("its backend was not available when the engine started: %v", err))
+			continue
+		}
+		if sb.State == store.StatePaused {
+			if err := e.checkCheckpoint(sb.ID); err != nil {
+				e.markKilled(ctx, sb.ID, nil, fmt.Sprintf("it was paused, but its checkpoint is lost: %v", err))
+				log.Error("paused sandbox lost its checkpoint", "err", err)
+				continue
+			}
+			e.track(sb, be)
+			log.Info("kept paused sandbox")
 			continue
 		}
 		if sb.State == store.StateCreating {
@@ -453,9 +501,15 @@ func (e *Engine) releaseStaleLeases(ctx context.Context) {
 	}
 	for _, h := range holders {
 		id, mine := strings.CutPrefix(h, e.leasePrefix)
-		if mine && !e.isLive(id) {
-			e.releaseImage(ctx, id)
+		if !mine || e.isLive(id) {
+			continue
 		}
+		if snap, ok := strings.CutPrefix(id, snapshotLease("")); ok {
+			if _, err := e.store.GetSnapshotByID(ctx, snap); err == nil || !errdefs.IsNotFound(err) {
+				continue // the snapshot keeps its image
+			}
+		}
+		e.releaseImage(ctx, id)
 	}
 }
 

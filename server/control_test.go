@@ -202,11 +202,12 @@ func TestControlPlaneRoundTrip(t *testing.T) {
 		}
 	}
 
-	// Pause is not supported; resume of a running sandbox is a conflict.
+	// The fake backend cannot checkpoint, so it cannot pause; resume of a
+	// running sandbox is a conflict.
 	status, _, body = e.do("POST", "/sandboxes/"+sb.SandboxID+"/pause", `{}`)
 	var ae apiError
 	json.Unmarshal(body, &ae)
-	if status != http.StatusNotImplemented || ae.Code != 501 || !strings.Contains(ae.Message, "pause is not supported by the fake backend") {
+	if status != http.StatusNotImplemented || ae.Code != 501 || !strings.Contains(ae.Message, "the fake backend cannot checkpoint") {
 		t.Errorf("pause: %d %s", status, body)
 	}
 	if status, _, body := e.do("POST", "/sandboxes/"+sb.SandboxID+"/resume", `{}`); status != http.StatusConflict {

@@ -35,6 +35,7 @@ type createBody struct {
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	Network             *netpolicy.Policy `json:"network"`
 	AutoPause           *bool             `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
 	AutoResume          json.RawMessage   `json:"autoResume"`
 	VolumeMounts        []volumeMount     `json:"volumeMounts"`
 	// CPUCount, MemoryMB and DiskSizeMB are Tupper's extensions (E2B
@@ -175,12 +176,36 @@ func decodeCreate(data []byte) (engine.CreateOptions, error) {
 			return engine.CreateOptions{}, err
 		}
 	}
+	autoResume, err := decodeAutoResume(b.AutoResume)
+	if err != nil {
+		return engine.CreateOptions{}, err
+	}
 	return engine.CreateOptions{
 		Template: b.TemplateID, Timeout: timeout, Metadata: b.Metadata, Env: b.EnvVars,
 		CPUs: b.CPUCount, MemoryMB: b.MemoryMB, DiskMB: b.DiskSizeMB,
 		Network: b.Network, AllowInternetAccess: b.AllowInternetAccess,
 		Secure: b.Secure, AutoPause: b.AutoPause != nil && *b.AutoPause, Backend: b.Backend,
+		AutoPauseMemory: b.AutoPauseMemory, AutoResume: autoResume,
 	}, nil
+}
+
+// decodeAutoResume reads a create's autoResume: {"enabled": bool} as the
+// SDKs send it, or a bare bool.
+func decodeAutoResume(raw json.RawMessage) (bool, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return false, nil
+	}
+	var on bool
+	if json.Unmarshal(raw, &on) == nil {
+		return on, nil
+	}
+	var obj struct {
+		Enabled bool `json:"enabled"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return false, fmt.Errorf(`autoResume must be {"enabled": true|false}: %w`, errdefs.ErrInvalidArgument)
+	}
+	return obj.Enabled, nil
 }
 
 // decodeConnect parses a connect or resume body; an empty one is fine.

@@ -31,9 +31,6 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.killQuietly(sb.ID, "its creator went away before the sandbox was ready")
 		return
 	}
-	if sb.AutoPause {
-		s.log.Warn("autoPause requested: sandboxes are killed at their timeout, since pausing is not supported yet", "sandbox", sb.ID)
-	}
 	s.signed.add(sb.ID, sb.AccessToken)
 	writeJSON(w, http.StatusCreated, s.sandboxJSON(sb))
 }

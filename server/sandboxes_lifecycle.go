@@ -9,10 +9,20 @@ import (
 )
 
 // handleConnect serves POST /sandboxes/{id}/connect and its /v2 twin: 200
-// with the sandbox when it runs; a positive timeout also extends its life
-// (never shortens it). A paused sandbox would be resumed and answered with
-// 201, once the engine can pause.
+// with the sandbox when it runs, 201 when it was paused and is resumed; a
+// positive timeout also extends its life (that of a running one is never
+// shortened).
 func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
+	s.resumeOrConnect(w, r, false)
+}
+
+// handleResume serves the older POST /sandboxes/{id}/resume: 201 with the
+// resumed sandbox, or 409 when it is not paused, as E2B does.
+func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
+	s.resumeOrConnect(w, r, true)
+}
+
+func (s *Server) resumeOrConnect(w http.ResponseWriter, r *http.Request, pausedOnly bool) {
 	id := r.PathValue("id")
 	data, err := readBody(w, r)
 	if err != nil {
@@ -24,52 +34,52 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	before, err := s.engine.Get(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	wasPaused := before.State == store.StatePaused
+	if pausedOnly && !wasPaused {
+		s.writeError(w, r, fmt.Errorf("sandbox %s is %s, not paused: %w", id, before.State, errdefs.ErrFailedPrecondition))
+		return
+	}
 	sb, err := s.engine.Connect(r.Context(), id, timeout)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	s.signed.add(sb.ID, sb.AccessToken)
-	writeJSON(w, http.StatusOK, s.sandboxJSON(sb))
+	status := http.StatusOK
+	if wasPaused {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, s.sandboxJSON(sb))
 }
 
-// handleResume serves the older POST /sandboxes/{id}/resume. Nothing is
-// ever paused yet, so a running sandbox answers 409 ("already running"),
-// as E2B does.
-func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
+// handlePause serves POST /sandboxes/{id}/pause, body {"memory": bool}
+// (optional): 204 once the sandbox is saved to disk, 404 when unknown,
+// 409 when not running (the JS SDK reads that as "already paused"), 501
+// when its backend cannot checkpoint.
+func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	data, err := readBody(w, r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if _, err := decodeConnect(data); err != nil {
+	var body struct {
+		Memory *bool `json:"memory"`
+	}
+	if err := decodeJSON(data, &body); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	sb, err := s.engine.Get(r.Context(), id)
-	if err != nil {
+	if err := s.engine.Pause(r.Context(), id, body.Memory == nil || *body.Memory); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeError(w, r, fmt.Errorf("sandbox %s is %s, not paused: %w", id, sb.State, errdefs.ErrFailedPrecondition))
-}
-
-// handlePause serves POST /sandboxes/{id}/pause. 404 when unknown, 409 when
-// not running (the JS SDK reads that as "already paused"), and 501 for a
-// running sandbox: no backend can pause through the engine yet.
-func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	sb, err := s.engine.Get(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if sb.State != store.StateRunning {
-		s.writeError(w, r, fmt.Errorf("sandbox %s is %s, not running: %w", id, sb.State, errdefs.ErrFailedPrecondition))
-		return
-	}
-	s.writeError(w, r, fmt.Errorf("pause is not supported by the %s backend yet: %w", sb.Backend, errdefs.ErrNotSupported))
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // handleTimeout serves POST /sandboxes/{id}/timeout: the sandbox lives

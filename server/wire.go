@@ -59,8 +59,8 @@ type sandboxDetailJSON struct {
 	Lifecycle           lifecycleJSON     `json:"lifecycle"`
 }
 
-// lifecycleJSON says what happens when a sandbox's time is up. Without a
-// pausing backend it is always killed, whatever the create asked for.
+// lifecycleJSON says what happens when a sandbox's time is up ("kill" or
+// "pause") and whether a request wakes it once paused.
 type lifecycleJSON struct {
 	OnTimeout  string `json:"onTimeout"`
 	AutoResume bool   `json:"autoResume"`
@@ -131,6 +131,13 @@ func (s *Server) detailJSON(sb *engine.Sandbox) sandboxDetailJSON {
 		listedSandboxJSON: listedJSON(sb),
 		Domain:            s.cfg.Domain, EnvdAccessToken: sb.AccessToken,
 		AllowInternetAccess: sb.AllowInternetAccess, Network: sb.Network.Redact(),
-		Lifecycle: lifecycleJSON{OnTimeout: "kill"},
+		Lifecycle: lifecycleOf(sb),
 	}
+}
+
+func lifecycleOf(sb *engine.Sandbox) lifecycleJSON {
+	if sb.AutoPause {
+		return lifecycleJSON{OnTimeout: "pause", AutoResume: sb.AutoResume}
+	}
+	return lifecycleJSON{OnTimeout: "kill"}
 }

@@ -73,12 +73,29 @@ type Sandbox struct {
 	// enforced is netpolicy.WithInternet of both.
 	Network             *netpolicy.Policy `json:"network,omitempty"`
 	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
-	// Secure and AutoPause are what E2B's create said of them: Secure
-	// (envd behind an access token) is how Tupper always runs; AutoPause
-	// (pause rather than kill at the timeout) waits for a pausing
-	// backend, and until then the sandbox is killed at its timeout.
-	Secure    *bool `json:"secure,omitempty"`
-	AutoPause bool  `json:"autoPause,omitempty"`
+	// Secure is what E2B's create said of it: envd behind an access
+	// token, which is how Tupper always runs.
+	Secure *bool `json:"secure,omitempty"`
+	// AutoPause pauses the sandbox at its timeout rather than killing it
+	// (E2B's lifecycle onTimeout "pause"); AutoPauseMemory false makes
+	// that pause keep its files only, not its memory and processes.
+	// AutoResume resumes a paused sandbox when a request reaches it
+	// through the data plane.
+	AutoPause       bool  `json:"autoPause,omitempty"`
+	AutoPauseMemory *bool `json:"autoPauseMemory,omitempty"`
+	AutoResume      bool  `json:"autoResume,omitempty"`
+	// Timeout is the time to live the sandbox was created with, which a
+	// resume gives it again when the resume names none.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// Pids is the sandbox's task limit; zero means the engine's default.
+	Pids int64 `json:"pids,omitempty"`
+	// PausedAt is when the sandbox was last paused; MemoryKept says
+	// whether that pause kept its memory and processes (else only its
+	// files).
+	PausedAt   time.Time `json:"pausedAt,omitzero"`
+	MemoryKept bool      `json:"memoryKept,omitempty"`
+	// SnapshotID is the snapshot the sandbox was started from, if any.
+	SnapshotID string `json:"snapshotID,omitempty"`
 	// CodeInterpreterPort is where the sandbox serves Tupper's code
 	// interpreter (its image says so), or 0. The daemon hands that port
 	// the envd token that E2B's code-interpreter SDKs send to it.
@@ -112,6 +129,7 @@ CREATE INDEX IF NOT EXISTS sandboxes_by_state ON sandboxes(state, started_ns, id
 // in one transaction.
 var migrations = []func(ctx context.Context, tx *sql.Tx) error{
 	migrateOwners,
+	migrateSnapshots,
 }
 
 // migrateOwners gives sandboxes owners: a team (the default one for every
@@ -424,6 +442,7 @@ func (sb *Sandbox) Clone() *Sandbox {
 	c.Network = sb.Network.Clone()
 	c.AllowInternetAccess = clonePtr(sb.AllowInternetAccess)
 	c.Secure = clonePtr(sb.Secure)
+	c.AutoPauseMemory = clonePtr(sb.AutoPauseMemory)
 	return &c
 }
 
