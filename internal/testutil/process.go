@@ -24,12 +24,9 @@ func WaitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
 	}
 }
 
-// CrashSandbox kills with SIGKILL every host process of sandbox id (runsc's
-// sandbox and gofer, which carry the id on their command lines), as a crash
-// would, and waits until they are reaped: a zombie still counts as running
-// to runsc.
-func CrashSandbox(t testing.TB, id string) {
-	t.Helper()
+// ProcessesOf returns the host processes (other than this one) whose
+// command lines mention id: a sandbox's runsc processes carry it.
+func ProcessesOf(id string) []int {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	var pids []int
 	for _, p := range procs {
@@ -38,9 +35,21 @@ func CrashSandbox(t testing.TB, id string) {
 			continue
 		}
 		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		if err != nil || pid == os.Getpid() {
-			continue
+		if err == nil && pid != os.Getpid() {
+			pids = append(pids, pid)
 		}
+	}
+	return pids
+}
+
+// CrashSandbox kills with SIGKILL every host process of sandbox id (runsc's
+// sandbox and gofer, which carry the id on their command lines), as a crash
+// would, and waits until they are reaped: a zombie still counts as running
+// to runsc.
+func CrashSandbox(t testing.TB, id string) {
+	t.Helper()
+	var pids []int
+	for _, pid := range ProcessesOf(id) {
 		if syscall.Kill(pid, syscall.SIGKILL) == nil {
 			pids = append(pids, pid)
 		}
