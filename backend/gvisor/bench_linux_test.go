@@ -139,3 +139,113 @@ func BenchmarkRawRunscExec(b *testing.B) {
 		rawRunsc(b, root, "exec", id, "/bin/true")
 	}
 }
+
+// The pause figures: the backend's checkpoint and restore of a sandbox
+// (its network, overlay and agent included) beside runsc's own of a bare
+// container, on the same machine.
+//
+//	BenchmarkPause            Backend.Checkpoint without keep: saved, stopped, freed
+//	BenchmarkResume           Backend.Restore until the agent answers /health
+//	BenchmarkRawRunscCheckpoint `runsc checkpoint` of a bare `sleep` container
+//	BenchmarkRawRunscRestore  `runsc restore --detach` of that checkpoint
+
+func BenchmarkPause(b *testing.B) {
+	be := newTestBackend(b)
+	ctx := context.Background()
+	base := b.TempDir()
+	var saved, held int64
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		id := newID(fmt.Sprint("bpause", i))
+		startSandbox(b, be, testSpec(id))
+		if st, err := be.Stats(ctx, id); err == nil {
+			held = int64(st.MemoryUsageBytes)
+		}
+		dir := filepath.Join(base, id)
+		b.StartTimer()
+		if err := be.Checkpoint(ctx, id, dir, false); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		saved = dirBytes(b, dir)
+		os.RemoveAll(dir)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(held), "running-host-bytes")
+	b.ReportMetric(float64(saved), "checkpoint-bytes")
+}
+
+func BenchmarkResume(b *testing.B) {
+	be := newTestBackend(b)
+	ctx := context.Background()
+	id := newID("bresume")
+	startSandbox(b, be, testSpec(id))
+	dir := filepath.Join(b.TempDir(), "ckpt")
+	if err := be.Checkpoint(ctx, id, dir, false); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		sb, err := be.Restore(ctx, testSpec(id), dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := waitHealthy(sb.AgentAddr, 10*time.Second); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := be.Stop(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+func BenchmarkRawRunscCheckpoint(b *testing.B) {
+	requireSandboxes(b)
+	bundle := rawBundle(b, "/bin/sleep", "3600")
+	root, base := b.TempDir(), b.TempDir()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		id := newID(fmt.Sprint("rawckpt", i))
+		rawRunsc(b, root, "run", "--detach", "--bundle", bundle, id)
+		b.StartTimer()
+		rawRunsc(b, root, "checkpoint", "--image-path", filepath.Join(base, id), id)
+		b.StopTimer()
+		rawRunsc(b, root, "delete", "--force", id)
+		b.StartTimer()
+	}
+}
+
+func BenchmarkRawRunscRestore(b *testing.B) {
+	requireSandboxes(b)
+	bundle := rawBundle(b, "/bin/sleep", "3600")
+	root := b.TempDir()
+	image := filepath.Join(b.TempDir(), "ckpt")
+	src := newID("rawsrc")
+	rawRunsc(b, root, "run", "--detach", "--bundle", bundle, src)
+	rawRunsc(b, root, "checkpoint", "--image-path", image, src)
+	rawRunsc(b, root, "delete", "--force", src)
+	for i := 0; b.Loop(); i++ {
+		id := newID(fmt.Sprint("rawrest", i))
+		rawRunsc(b, root, "restore", "--detach", "--image-path", image, "--bundle", bundle, id)
+		b.StopTimer()
+		rawRunsc(b, root, "delete", "--force", id)
+		b.StartTimer()
+	}
+}
+
+// dirBytes is what the files under dir take.
+func dirBytes(b *testing.B, dir string) int64 {
+	b.Helper()
+	var n int64
+	err := filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
