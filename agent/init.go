@@ -29,11 +29,6 @@ type Network struct {
 	// Addr is the sandbox's address as /etc/hosts names it now (invalid
 	// for none); /init keeps it when it is given no sandboxAddr.
 	Addr netip.Addr
-	// SetHostname, when set, makes name the kernel's host name; /init
-	// calls it when given a hostname, so that the name programs look up
-	// is the one /etc/hosts lists. Nil leaves the kernel's host name
-	// alone.
-	SetHostname func(name string) error
 }
 
 // initRequest is the body of POST /init; every field is optional, and an
@@ -203,11 +198,6 @@ func (h *initHandler) apply(c initChange) error {
 					return fmt.Errorf("the current host name: %w", err)
 				}
 				nc.Hostname = host
-			}
-		}
-		if c.hostname != "" && h.net.SetHostname != nil {
-			if err := h.net.SetHostname(c.hostname); err != nil {
-				return fmt.Errorf("set the host name: %w", err)
 			}
 		}
 		if err := netconf.Write(nc); err != nil {

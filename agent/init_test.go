@@ -31,7 +31,6 @@ type initAgent struct {
 	url       string
 	root      string   // Network.Root
 	rotations []string // the tokens TokenChanged got
-	hostnames []string // the names SetHostname got
 }
 
 // startInitAgent serves an agent whose token is token ("" for none) and
@@ -48,9 +47,8 @@ func startInitAgent(t *testing.T, token string, withNetwork bool) *initAgent {
 	}
 	if withNetwork {
 		cfg.Network = &agent.Network{
-			Root:        a.root,
-			Addr:        netip.MustParseAddr("10.11.0.2"),
-			SetHostname: func(name string) error { a.hostnames = append(a.hostnames, name); return nil },
+			Root: a.root,
+			Addr: netip.MustParseAddr("10.11.0.2"),
 		}
 	}
 	h, err := agent.NewHandler(cfg)
@@ -168,10 +166,9 @@ func TestInitRewritesNetwork(t *testing.T) {
 	a := startInitAgent(t, oldToken, true)
 	// Each step adds to what the previous ones wrote.
 	steps := []struct {
-		name      string
-		body      string
-		want      map[string]string
-		hostnames []string
+		name string
+		body string
+		want map[string]string
 	}{
 		{
 			name: "nameserver alone",
@@ -193,7 +190,6 @@ func TestInitRewritesNetwork(t *testing.T) {
 			want: map[string]string{
 				"/etc/hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n10.12.0.2\tfork-2\n",
 			},
-			hostnames: []string{"fork-2"},
 		},
 		{
 			name: "all at once, IPv6",
@@ -202,7 +198,6 @@ func TestInitRewritesNetwork(t *testing.T) {
 				"/etc/resolv.conf": "# Written by Tupper: the sandbox's resolver, which applies its network policy.\nnameserver fd12::1\noptions edns0\n",
 				"/etc/hosts":       "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfd12::2\tfork-3\n",
 			},
-			hostnames: []string{"fork-2", "fork-3"},
 		},
 	}
 	want := map[string]string{}
@@ -220,9 +215,6 @@ func TestInitRewritesNetwork(t *testing.T) {
 		// Only the two files: the trusted CA is not written again.
 		if diff := cmp.Diff(want, a.files(t)); diff != "" {
 			t.Errorf("%s: files (-want +got):\n%s", s.name, diff)
-		}
-		if diff := cmp.Diff(s.hostnames, a.hostnames); diff != "" {
-			t.Errorf("%s: SetHostname calls (-want +got):\n%s", s.name, diff)
 		}
 	}
 	if diff := cmp.Diff([]string{newToken}, a.rotations); diff != "" {
@@ -315,8 +307,8 @@ func TestInitRefuses(t *testing.T) {
 					t.Errorf("the refused token opens the agent: %d", got)
 				}
 			}
-			if len(a.rotations) != 0 || len(a.hostnames) != 0 {
-				t.Errorf("passed on: tokens %d, host names %q", len(a.rotations), a.hostnames)
+			if len(a.rotations) != 0 {
+				t.Errorf("%d tokens passed on", len(a.rotations))
 			}
 			if f := a.files(t); len(f) != 0 {
 				t.Errorf("files written: %v", f)

@@ -11,8 +11,8 @@ const interpreterCommand = "code-interpreter"
 
 var errInterpreterUnsupported = errors.New("the code interpreter runs only on Linux")
 
-func startCodeInterpreter(*slog.Logger, string, string, []string, string) error {
-	return errInterpreterUnsupported
+func startCodeInterpreter(*slog.Logger, string, string, []string, string) (func(string), error) {
+	return nil, errInterpreterUnsupported
 }
 
 func serveCodeInterpreter([]string) error { return errInterpreterUnsupported }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -94,16 +95,28 @@ type agentProc struct {
 // PID namespace when pid1 is set.
 func startAgent(t *testing.T, pid1 bool, env ...string) *agentProc {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testutil.Skip(t, "needs root: the agent runs commands through setuid")
-	}
+	return startAgentArgs(t, pid1, nil, env...)
+}
+
+// freeAddr returns a loopback address with a port nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	args := []string{"--addr", addr, "--user", "root", "--no-ensure-user"}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startAgentArgs is startAgent with more arguments for the agent.
+func startAgentArgs(t *testing.T, pid1 bool, more []string, env ...string) *agentProc {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testutil.Skip(t, "needs root: the agent runs commands through setuid")
+	}
+	addr := freeAddr(t)
+	args := append([]string{"--addr", addr, "--user", "root", "--no-ensure-user"}, more...)
 	var cmd *exec.Cmd
 	if pid1 {
 		unshare, err := exec.LookPath("unshare")
@@ -310,5 +323,82 @@ func TestNetworkEnvOutsideASandbox(t *testing.T) {
 	}
 	if !strings.Contains(a.logs.String(), "left alone") {
 		t.Errorf("no warning in the agent's log:\n%s", a.logs.String())
+	}
+}
+
+// TestInitRotatesToken runs the engine's call after a restore against the
+// real agent, with its code interpreter (a process of its own): once /init
+// has answered, the old token opens neither the agent nor the interpreter,
+// and the new one opens both.
+func TestInitRotatesToken(t *testing.T) {
+	const newToken = "rotated-0123456789abcdef"
+	interp := freeAddr(t)
+	a := startAgentArgs(t, false, []string{"--code-interpreter", interp})
+	post := func(u, token, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, u, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Access-Token", token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	execute := func(token string) (int, string) {
+		t.Helper()
+		return post("http://"+interp+"/execute", token, `{"code":"echo hi","language":"bash"}`)
+	}
+	// The interpreter's server takes the token only once it runs.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		status, body := execute("secret")
+		if status == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the code interpreter does not run a cell: %d %s", status, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	if status, body := post(a.url+"/init", "secret", `{"accessToken":"`+newToken+`"}`); status != http.StatusNoContent {
+		t.Fatalf("/init: %d %s, want 204", status, body)
+	}
+	list := a.url + "/process.Process/List"
+	if status, _ := post(list, "secret", "{}"); status != http.StatusUnauthorized {
+		t.Errorf("the agent with the old token: %d, want 401", status)
+	}
+	if status, body := post(list, newToken, "{}"); status != http.StatusOK {
+		t.Errorf("the agent with the new token: %d %s, want 200", status, body)
+	}
+	if status, _ := execute("secret"); status != http.StatusUnauthorized {
+		t.Errorf("the interpreter with the old token: %d, want 401", status)
+	}
+	if status, body := execute(newToken); status != http.StatusOK || !strings.Contains(body, `"text":"hi\n"`) {
+		t.Errorf("the interpreter with the new token: %d %s, want 200 and the cell's output", status, body)
+	}
+
+	// This agent is not the sandbox's first process: the network files
+	// are the host's, and /init leaves them alone.
+	before, _ := os.ReadFile("/etc/resolv.conf")
+	if status, body := post(a.url+"/init", newToken, `{"nameserver":"127.0.0.53"}`); status != http.StatusConflict {
+		t.Errorf("/init of the network outside a sandbox: %d %s, want 409", status, body)
+	}
+	if after, _ := os.ReadFile("/etc/resolv.conf"); string(after) != string(before) {
+		t.Fatalf("the host's resolv.conf changed:\n%s", after)
+	}
+
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	a.cmd.Wait()
+	if logs := a.logs.String(); strings.Contains(logs, newToken) || !strings.Contains(logs, "accessToken=replaced") {
+		t.Errorf("the agent's logs do not say the token was replaced, or show it:\n%s", logs)
 	}
 }

@@ -116,9 +116,12 @@ func run(o options) error {
 		os.Unsetenv(k)
 	}
 	// The files are the sandbox's own only when the agent is its first
-	// process; anywhere else (a test on a host) they would be the host's.
+	// process; anywhere else (a test on a host) they would be the host's,
+	// and /init may not rewrite them either.
+	var network *agent.Network
 	if os.Getpid() == 1 {
-		if err := configureNetwork(netEnv); err != nil {
+		network = &agent.Network{}
+		if err := configureNetwork(netEnv, network); err != nil {
 			log.Warn("network configuration incomplete", "err", err)
 		}
 		removeTmpPlaceholder(log)
@@ -135,17 +138,17 @@ func run(o options) error {
 	if netEnv[envTrustCA] != "" {
 		env = append(env, netconf.EnvDefaults(env)...)
 	}
-	h, err := agent.NewHandler(agent.Config{DefaultUser: o.user, Env: env, AccessToken: token, Logger: log})
-	if err != nil {
-		return err
-	}
-
 	// Before the agent answers: a sandbox is ready once its agent is,
 	// and the interpreter's port must take connections by then.
+	var tokenChanged func(string)
 	if o.codeInterpreter != "" {
-		if err := startCodeInterpreter(log, o.codeInterpreter, o.user, env, token); err != nil {
+		if tokenChanged, err = startCodeInterpreter(log, o.codeInterpreter, o.user, env, token); err != nil {
 			return err
 		}
+	}
+	h, err := agent.NewHandler(agent.Config{DefaultUser: o.user, Env: env, AccessToken: token, TokenChanged: tokenChanged, Network: network, Logger: log})
+	if err != nil {
+		return err
 	}
 	ln, err := listenExclusive(o.addr)
 	if err != nil {
@@ -228,8 +231,9 @@ const (
 var networkEnv = []string{envNameserver, envSandboxAddr, envTrustCA}
 
 // configureNetwork writes the sandbox's resolver, hosts file and trusted
-// CA as the backend's variables say.
-func configureNetwork(env map[string]string) error {
+// CA as the backend's variables say, and records the address it gave
+// the sandbox in into, for /init.
+func configureNetwork(env map[string]string, into *agent.Network) error {
 	c := netconf.Config{TrustCA: []byte(env[envTrustCA])}
 	if v := env[envNameserver]; v != "" {
 		a, err := netip.ParseAddr(v)
@@ -243,7 +247,7 @@ func configureNetwork(env map[string]string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", envSandboxAddr, err)
 		}
-		c.Addr = a
+		c.Addr, into.Addr = a, a
 		host, err := os.Hostname()
 		if err != nil {
 			return err
