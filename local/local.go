@@ -64,8 +64,9 @@ type Runtime struct {
 }
 
 var (
-	_ sdk.Transport        = (*Runtime)(nil)
-	_ sdk.NetworkTransport = (*Runtime)(nil)
+	_ sdk.Transport           = (*Runtime)(nil)
+	_ sdk.NetworkTransport    = (*Runtime)(nil)
+	_ sdk.CheckpointTransport = (*Runtime)(nil)
 )
 
 // Open builds a Runtime: it opens the image store (Root/images), the
@@ -157,6 +158,7 @@ func (r *Runtime) CreateSandbox(ctx context.Context, req sdk.CreateRequest) (*sd
 		Template: req.Template, Image: req.Image, Timeout: req.Timeout, Metadata: req.Metadata,
 		Env: req.Env, CPUs: req.CPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 		Network: req.Network, AllowInternetAccess: req.AllowInternetAccess, Backend: req.Backend,
+		AutoPause: req.AutoPause, AutoPauseMemory: req.AutoPauseMemory, AutoResume: req.AutoResume,
 	})
 	if err != nil {
 		return nil, err
@@ -216,6 +218,56 @@ func (r *Runtime) KillSandbox(ctx context.Context, id string) error {
 	return r.engine.Kill(ctx, id)
 }
 
+// PauseSandbox implements sdk.CheckpointTransport.
+func (r *Runtime) PauseSandbox(ctx context.Context, id string, keepMemory bool) error {
+	return r.engine.Pause(ctx, id, keepMemory)
+}
+
+// CreateSnapshot implements sdk.CheckpointTransport.
+func (r *Runtime) CreateSnapshot(ctx context.Context, id, name string) (*sdk.SnapshotInfo, error) {
+	sn, err := r.engine.CreateSnapshot(ctx, id, name)
+	if err != nil {
+		return nil, err
+	}
+	info := snapshotInfo(sn)
+	return &info, nil
+}
+
+// ListSnapshots implements sdk.CheckpointTransport.
+func (r *Runtime) ListSnapshots(ctx context.Context, q sdk.SnapshotQuery) (*sdk.SnapshotPage, error) {
+	list, next, err := r.engine.ListSnapshots(ctx, q.SandboxID, q.Name, q.Limit, q.NextToken)
+	if err != nil {
+		return nil, err
+	}
+	page := &sdk.SnapshotPage{NextToken: next}
+	for _, sn := range list {
+		page.Snapshots = append(page.Snapshots, snapshotInfo(sn))
+	}
+	return page, nil
+}
+
+// DeleteSnapshot implements sdk.CheckpointTransport.
+func (r *Runtime) DeleteSnapshot(ctx context.Context, ref string) error {
+	return r.engine.DeleteSnapshot(ctx, ref)
+}
+
+// ForkSandbox implements sdk.CheckpointTransport.
+func (r *Runtime) ForkSandbox(ctx context.Context, id string, count int, timeout time.Duration) ([]sdk.ForkedSandbox, error) {
+	results, err := r.engine.Fork(ctx, id, count, timeout)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sdk.ForkedSandbox, len(results))
+	for i, res := range results {
+		if res.Err != nil {
+			out[i].Err = res.Err
+			continue
+		}
+		out[i].Info = info(res.Sandbox)
+	}
+	return out, nil
+}
+
 // DataPlane implements sdk.Transport: in-process, the SDK talks straight to
 // the agent over the sandbox's veth.
 func (r *Runtime) DataPlane(ctx context.Context, id string) (*sdk.DataPlane, error) {
@@ -233,4 +285,8 @@ func info(sb *engine.Sandbox) *sdk.SandboxInfo {
 		EnvdVersion: proto.EnvdVersion, EnvdAccessToken: sb.AccessToken,
 		Network: sb.Network.Redact(), AllowInternetAccess: sb.AllowInternetAccess, Backend: sb.Backend,
 	}
+}
+
+func snapshotInfo(sn *engine.Snapshot) sdk.SnapshotInfo {
+	return sdk.SnapshotInfo{SnapshotID: sn.ID, Names: sn.Names, SandboxID: sn.Source.ID, CreatedAt: sn.CreatedAt, SizeBytes: sn.SizeBytes}
 }

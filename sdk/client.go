@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/lightbearco/tupper/errdefs"
 )
 
 // Client creates, finds and kills sandboxes through its Transport. The zero
@@ -70,7 +72,29 @@ type CreateOptions struct {
 	// that does not work on its host, with one that IsUnavailable
 	// reports. A Tupper extension: E2B's API ignores it.
 	Backend string
+	// OnTimeout is what happens when the sandbox's time is up:
+	// OnTimeoutKill (the default, as is empty) or OnTimeoutPause, which
+	// saves it to disk with its processes, memory and files, to be
+	// brought back by Connect (see Sandbox.Pause). E2B's lifecycle option.
+	OnTimeout OnTimeout
+	// AutoResume, with OnTimeout pause, wakes the paused sandbox when a
+	// request reaches it (a command, a file, a port) rather than on
+	// Connect alone.
+	AutoResume bool
+	// PauseFilesOnly asks that the pause at the timeout keep the
+	// sandbox's files alone, as E2B's autoPauseMemory false does; it
+	// rules AutoResume out. Tupper keeps the memory all the same.
+	PauseFilesOnly bool
 }
+
+// OnTimeout says what happens to a sandbox when its time is up.
+type OnTimeout string
+
+// The values of CreateOptions.OnTimeout.
+const (
+	OnTimeoutKill  OnTimeout = "kill"
+	OnTimeoutPause OnTimeout = "pause"
+)
 
 // ListOptions filters a listing of sandboxes.
 type ListOptions struct {
@@ -109,6 +133,13 @@ func (c *Client) transport() (Transport, error) {
 
 // Create creates a sandbox and returns it ready for commands and files.
 func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
+	if opts.OnTimeout != "" && opts.OnTimeout != OnTimeoutKill && opts.OnTimeout != OnTimeoutPause {
+		return nil, fmt.Errorf("create sandbox: OnTimeout %q: want %q or %q: %w", opts.OnTimeout, OnTimeoutKill, OnTimeoutPause, errdefs.ErrInvalidArgument)
+	}
+	var pauseMemory *bool
+	if opts.PauseFilesOnly {
+		pauseMemory = new(bool)
+	}
 	t, err := c.transport()
 	if err != nil {
 		return nil, err
@@ -125,6 +156,9 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		Network:             opts.Network.Clone(),
 		AllowInternetAccess: opts.AllowInternetAccess,
 		Backend:             opts.Backend,
+		AutoPause:           opts.OnTimeout == OnTimeoutPause,
+		AutoPauseMemory:     pauseMemory,
+		AutoResume:          opts.AutoResume,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -186,7 +187,15 @@ type createBody struct {
 	AllowInternetAccess *bool          `json:"allow_internet_access,omitempty"`
 	// Backend is Tupper's extension too: the backend to run on, empty
 	// for the server's default.
-	Backend string `json:"backend,omitempty"`
+	Backend         string          `json:"backend,omitempty"`
+	AutoPause       bool            `json:"autoPause,omitempty"`
+	AutoPauseMemory *bool           `json:"autoPauseMemory,omitempty"`
+	AutoResume      *autoResumeJSON `json:"autoResume,omitempty"`
+}
+
+// autoResumeJSON is a create's autoResume, as the E2B SDKs send it.
+type autoResumeJSON struct {
+	Enabled bool `json:"enabled"`
 }
 
 // networkUpdateBody is the body of PUT /sandboxes/{id}/network.
@@ -257,6 +266,16 @@ func (s *sandboxJSON) info() *SandboxInfo {
 	return info
 }
 
+// running is info of an answer that describes a sandbox which runs (a
+// create's, a connect's or a fork's), whose state E2B's API leaves out.
+func (s *sandboxJSON) running() *SandboxInfo {
+	info := s.info()
+	if info.State == "" {
+		info.State = "running"
+	}
+	return info
+}
+
 // remember caches the access token of a sandbox an answer described.
 // Listings carry no token, so only create, connect and get call it.
 func (t *HTTPTransport) remember(s *sandboxJSON) {
@@ -296,12 +315,16 @@ func (t *HTTPTransport) CreateSandbox(ctx context.Context, req CreateRequest) (*
 	if req.Image != "" {
 		body.TemplateID = req.Image
 	}
+	body.AutoPause, body.AutoPauseMemory = req.AutoPause, req.AutoPauseMemory
+	if req.AutoResume {
+		body.AutoResume = &autoResumeJSON{Enabled: true}
+	}
 	var out sandboxJSON
 	if _, err := t.call(ctx, http.MethodPost, "/v2/sandboxes", nil, body, &out); err != nil {
 		return nil, err
 	}
 	t.remember(&out)
-	return out.info(), nil
+	return out.running(), nil
 }
 
 // ConnectSandbox implements Transport: POST /sandboxes/{id}/connect.
@@ -321,7 +344,7 @@ func (t *HTTPTransport) ConnectSandbox(ctx context.Context, id string, timeout t
 		out.SandboxID = id
 	}
 	t.remember(&out)
-	return out.info(), nil
+	return out.running(), nil
 }
 
 // ListSandboxes implements Transport: GET /v2/sandboxes.
@@ -384,6 +407,133 @@ func (t *HTTPTransport) KillSandbox(ctx context.Context, id string) error {
 		t.forget(id)
 	}
 	return err
+}
+
+var _ CheckpointTransport = (*HTTPTransport)(nil)
+
+// PauseSandbox implements CheckpointTransport: POST /sandboxes/{id}/pause.
+// The route's 409 means the sandbox is not running (E2B's SDKs read it as
+// "paused already"), so it is classed as a failed precondition here,
+// where the status's usual class would say "exists".
+func (t *HTTPTransport) PauseSandbox(ctx context.Context, id string, keepMemory bool) error {
+	body := struct {
+		Memory bool `json:"memory"`
+	}{keepMemory}
+	_, err := t.call(ctx, http.MethodPost, sandboxPath(id, "/pause"), nil, body, nil)
+	if e := (*Error)(nil); errors.As(err, &e) && e.Status == http.StatusConflict {
+		e.class = errdefs.ErrFailedPrecondition
+	}
+	return err
+}
+
+// snapshotJSON is a snapshot as the API reports it.
+type snapshotJSON struct {
+	SnapshotID string   `json:"snapshotID"`
+	Names      []string `json:"names"`
+	// SandboxID, CreatedAt and SizeBytes are Tupper's extensions.
+	SandboxID string    `json:"sandboxID"`
+	CreatedAt time.Time `json:"createdAt"`
+	SizeBytes int64     `json:"sizeBytes"`
+}
+
+func (s *snapshotJSON) info() SnapshotInfo {
+	return SnapshotInfo{SnapshotID: s.SnapshotID, Names: s.Names, SandboxID: s.SandboxID, CreatedAt: s.CreatedAt, SizeBytes: s.SizeBytes}
+}
+
+// CreateSnapshot implements CheckpointTransport: POST
+// /sandboxes/{id}/snapshots.
+func (t *HTTPTransport) CreateSnapshot(ctx context.Context, id, name string) (*SnapshotInfo, error) {
+	body := struct {
+		Name string `json:"name,omitempty"`
+	}{name}
+	var out snapshotJSON
+	if _, err := t.call(ctx, http.MethodPost, sandboxPath(id, "/snapshots"), nil, body, &out); err != nil {
+		return nil, err
+	}
+	info := out.info()
+	return &info, nil
+}
+
+// ListSnapshots implements CheckpointTransport: GET /snapshots.
+func (t *HTTPTransport) ListSnapshots(ctx context.Context, q SnapshotQuery) (*SnapshotPage, error) {
+	v := url.Values{}
+	if q.SandboxID != "" {
+		v.Set("sandboxID", q.SandboxID)
+	}
+	if q.Name != "" {
+		v.Set("name", q.Name)
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.NextToken != "" {
+		v.Set("nextToken", q.NextToken)
+	}
+	var out []snapshotJSON
+	h, err := t.call(ctx, http.MethodGet, "/snapshots", v, nil, &out)
+	if err != nil {
+		return nil, err
+	}
+	page := &SnapshotPage{NextToken: h.Get("X-Next-Token")}
+	for i := range out {
+		page.Snapshots = append(page.Snapshots, out[i].info())
+	}
+	return page, nil
+}
+
+// DeleteSnapshot implements CheckpointTransport: DELETE /templates/{ref},
+// as the E2B SDKs delete a snapshot.
+func (t *HTTPTransport) DeleteSnapshot(ctx context.Context, ref string) error {
+	_, err := t.call(ctx, http.MethodDelete, "/templates/"+url.PathEscape(ref), nil, nil, nil)
+	return err
+}
+
+// forkBody is the body of POST /sandboxes/{id}/fork.
+type forkBody struct {
+	Count   int   `json:"count"`
+	Timeout int64 `json:"timeout,omitempty"` // seconds
+}
+
+// forkResultJSON is one entry of a fork's answer: a sandbox, or the
+// {code, message} of the error that kept it from starting.
+type forkResultJSON struct {
+	Sandbox *sandboxJSON `json:"sandbox"`
+	Error   *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// statusError is the error of a status and message that an answer carries
+// in its body, such as a fork's failed entry, classed as fromResponse
+// classes the status of a whole answer.
+func statusError(status int, msg string) error {
+	class, code := classOfStatus(status)
+	return &Error{Code: code, Status: status, Message: msg, class: class}
+}
+
+// ForkSandbox implements CheckpointTransport: POST /sandboxes/{id}/fork.
+func (t *HTTPTransport) ForkSandbox(ctx context.Context, id string, count int, timeout time.Duration) ([]ForkedSandbox, error) {
+	if timeout < 0 {
+		return nil, fmt.Errorf("timeout %v is negative: %w", timeout, errdefs.ErrInvalidArgument)
+	}
+	var out []forkResultJSON
+	if _, err := t.call(ctx, http.MethodPost, sandboxPath(id, "/fork"), nil, forkBody{Count: count, Timeout: ceilSeconds(timeout)}, &out); err != nil {
+		return nil, err
+	}
+	res := make([]ForkedSandbox, len(out))
+	for i, f := range out {
+		switch {
+		case f.Sandbox != nil && f.Sandbox.SandboxID != "":
+			t.remember(f.Sandbox)
+			res[i].Info = f.Sandbox.running()
+		case f.Error != nil:
+			res[i].Err = statusError(f.Error.Code, f.Error.Message)
+		default:
+			res[i].Err = fmt.Errorf("fork %d of %d: the answer names neither a sandbox nor an error: %w", i+1, len(out), errdefs.ErrUnavailable)
+		}
+	}
+	return res, nil
 }
 
 // DataPlane implements Transport: the sandbox's agent is reached at

@@ -66,6 +66,13 @@ type CreateRequest struct {
 	// Backend names the backend to run the sandbox on; empty means the
 	// server's default (see CreateOptions.Backend).
 	Backend string
+	// AutoPause pauses the sandbox at its timeout instead of killing it;
+	// AutoPauseMemory false asks that pause to keep its files alone (nil
+	// means its memory too); AutoResume wakes it when a request reaches
+	// it. E2B's create options of those names (see CreateOptions.OnTimeout).
+	AutoPause       bool
+	AutoPauseMemory *bool
+	AutoResume      bool
 }
 
 // NetworkTransport is a Transport that can change a running sandbox's
@@ -74,6 +81,56 @@ type CreateRequest struct {
 type NetworkTransport interface {
 	UpdateNetwork(ctx context.Context, id string, policy *NetworkPolicy, allowInternetAccess *bool) error
 	NetworkDenials(ctx context.Context, id string) ([]NetworkDenial, error)
+}
+
+// CheckpointTransport is a Transport that can save sandboxes: pause them
+// to disk, snapshot them while they run on, and fork them. Without it,
+// Sandbox.Pause, Sandbox.CreateSnapshot, Sandbox.Fork,
+// Client.ListSnapshots and Client.DeleteSnapshot fail with
+// errdefs.ErrNotSupported; ConnectSandbox, which every Transport has,
+// resumes what a pause saved.
+type CheckpointTransport interface {
+	// PauseSandbox saves running sandbox id to disk and frees what it
+	// held; keepMemory false asks for its files alone. A sandbox that is
+	// not running fails with errdefs.ErrFailedPrecondition.
+	PauseSandbox(ctx context.Context, id string, keepMemory bool) error
+	// CreateSnapshot saves running sandbox id, which runs on, as a
+	// snapshot that creates name as their template; name is optional.
+	CreateSnapshot(ctx context.Context, id, name string) (*SnapshotInfo, error)
+	ListSnapshots(ctx context.Context, q SnapshotQuery) (*SnapshotPage, error)
+	// DeleteSnapshot removes the snapshot that ref (its id or a name)
+	// names; sandboxes started from it run on.
+	DeleteSnapshot(ctx context.Context, ref string) error
+	// ForkSandbox starts count sandboxes from sandbox id as it is now,
+	// each living timeout (0: the source's), and reports each on its
+	// own; the error is for the fork as a whole.
+	ForkSandbox(ctx context.Context, id string, count int, timeout time.Duration) ([]ForkedSandbox, error)
+}
+
+// SnapshotQuery filters a listing of snapshots.
+type SnapshotQuery struct {
+	// SandboxID keeps the snapshots of this sandbox; Name those with this
+	// name. Empty means all.
+	SandboxID string
+	Name      string
+	// Limit is the page size; 0 means the server's default.
+	Limit int
+	// NextToken continues an earlier listing.
+	NextToken string
+}
+
+// SnapshotPage is one page of a listing of snapshots.
+type SnapshotPage struct {
+	Snapshots []SnapshotInfo
+	// NextToken is non-empty when there are more snapshots.
+	NextToken string
+}
+
+// ForkedSandbox is one sandbox of a fork as a transport reports it: the
+// sandbox, or why it did not start.
+type ForkedSandbox struct {
+	Info *SandboxInfo
+	Err  error
 }
 
 // ListQuery filters a listing of sandboxes.
