@@ -34,6 +34,9 @@ type ingestRequest struct {
 	rawConfig []byte
 	layers    []layerSource
 	source    string // for the index and logs: "pull localhost:5000/x:y", "import", "mmdebstrap …"
+	// lazy leaves the root filesystem to be unpacked by the first Resolve
+	// (see Commit).
+	lazy bool
 }
 
 // ingest stores an image's blobs, unpacks its root filesystem, writes its
@@ -77,8 +80,12 @@ func (s *Store) ingest(ctx context.Context, req ingestRequest, rep *reporter) (*
 			}
 		}
 	}
-	size, err := s.ensureUnpackedUnlessBlobsOnly(ctx, chain, layers, rep)
-	if err != nil {
+	var size int64
+	if req.lazy {
+		for _, l := range layers {
+			size += l.Size
+		}
+	} else if size, err = s.ensureUnpackedUnlessBlobsOnly(ctx, chain, layers, rep); err != nil {
 		return nil, err
 	}
 

@@ -192,7 +192,8 @@ func notFound(name string) error {
 // Resolve returns the image that name means: a name (any spelling of it, see
 // NormalizeName), an image id or a unique prefix of one of at least 12 hex
 // digits. An unknown name is an error of class errdefs.ErrNotFound. Resolve
-// only reads.
+// only reads, but for unpacking an image whose root filesystem is not yet
+// (see Commit).
 func (s *Store) Resolve(ctx context.Context, name string) (*Image, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -210,8 +211,13 @@ func (s *Store) Resolve(ctx context.Context, name string) (*Image, error) {
 		return img, nil
 	}
 	if _, err := os.Lstat(img.RootFS); err != nil {
-		return nil, fmt.Errorf("image %q (%s): its root filesystem %s is missing (%v): remove the image and pull or build it again: %w",
-			name, shortID(r.ID), img.RootFS, err, errdefs.ErrFailedPrecondition)
+		// A committed image is unpacked when first needed; any other
+		// image whose tree went is rebuilt from its layers, if the store
+		// still has them.
+		if uerr := s.unpackOnDemand(ctx, r); uerr != nil {
+			return nil, fmt.Errorf("image %q (%s): its root filesystem %s is missing (%v) and cannot be unpacked: %w",
+				name, shortID(r.ID), img.RootFS, err, uerr)
+		}
 	}
 	return img, nil
 }

@@ -68,13 +68,21 @@ func (s *Store) ensureUnpacked(ctx context.Context, chainID v1.Hash, layers []la
 		}
 	}()
 	rootfs := filepath.Join(tmp, "rootfs")
-	if err := os.Mkdir(rootfs, 0o755); err != nil {
+	// An image made by Commit stacks on one whose tree is unpacked
+	// already: start from a copy of it.
+	done0, err := s.cloneUnpacked(ctx, layers, rootfs)
+	if err != nil {
 		return 0, fmt.Errorf("unpack: %w", err)
 	}
-	if err := os.Chmod(rootfs, 0o755); err != nil { // undo the umask
-		return 0, fmt.Errorf("unpack: %w", err)
+	if done0 == 0 {
+		if err := os.Mkdir(rootfs, 0o755); err != nil {
+			return 0, fmt.Errorf("unpack: %w", err)
+		}
+		if err := os.Chmod(rootfs, 0o755); err != nil { // undo the umask
+			return 0, fmt.Errorf("unpack: %w", err)
+		}
 	}
-	for _, layer := range layers {
+	for _, layer := range layers[done0:] {
 		if err := s.applyBlob(ctx, rootfs, layer, rep); err != nil {
 			return 0, err
 		}
