@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/lightbearco/tupper/errdefs"
 )
 
@@ -421,7 +423,7 @@ func (t *HTTPTransport) PauseSandbox(ctx context.Context, id string, keepMemory 
 	}{keepMemory}
 	_, err := t.call(ctx, http.MethodPost, sandboxPath(id, "/pause"), nil, body, nil)
 	if e := (*Error)(nil); errors.As(err, &e) && e.Status == http.StatusConflict {
-		e.class = errdefs.ErrFailedPrecondition
+		e.Code, e.class = connect.CodeFailedPrecondition.String(), errdefs.ErrFailedPrecondition
 	}
 	return err
 }

@@ -22,6 +22,9 @@ type createOptions struct {
 	timeout  time.Duration
 	json     bool
 	egress   egressFlags
+	// onTimeout and autoResume are the sandbox's lifecycle.
+	onTimeout  string
+	autoResume bool
 }
 
 func newCreateCmd(g *globals) *cobra.Command {
@@ -33,10 +36,17 @@ func newCreateCmd(g *globals) *cobra.Command {
 lives until ` + "`tupper kill`" + ` or its timeout (the daemon's default, 5 minutes,
 unless --timeout says otherwise; ` + "`tupper timeout`" + ` changes it later).
 
+--on-timeout pause pauses it at its timeout instead (see ` + "`tupper pause`" + `): it waits,
+saved to disk, for ` + "`tupper resume`" + `, or, with --auto-resume, for any request.
+
+--template also names a snapshot (` + "`tupper snapshot create`" + `): the sandbox then starts
+as the snapshot's sandbox was, processes and memory too.
+
 --backend NAME runs it on that backend of the daemon's host rather than the
 daemon's default (` + "`tupper doctor`" + ` on that host lists them and whether they work).`,
 		Example: `  id=$(tupper create --metadata owner=me --timeout 1h)
   tupper exec "$id" -- python3 -c 'print(6*7)'
+  tupper create --timeout 10m --on-timeout pause --auto-resume
   tupper create --backend runc`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -53,6 +63,8 @@ daemon's default (` + "`tupper doctor`" + ` on that host lists them and whether 
 	f.Var(&o.disk, "disk", "disk size, /tmp included, such as 2G or 512M (default: the daemon's, 10G)")
 	f.DurationVar(&o.timeout, "timeout", 0, "time to live, for example 30m (default: the daemon's, 5m)")
 	f.BoolVar(&o.json, "json", false, "print the sandbox's description as JSON instead of its id")
+	f.StringVar(&o.onTimeout, "on-timeout", "kill", "what happens at the timeout: kill, or pause (saved to disk, to be resumed)")
+	f.BoolVar(&o.autoResume, "auto-resume", false, "with --on-timeout pause: a request to the paused sandbox resumes it")
 	o.egress.register(cmd)
 	addAPIFlags(cmd, &o.api)
 	return cmd
@@ -65,6 +77,13 @@ func runCreate(ctx context.Context, g *globals, o *createOptions) error {
 	if o.timeout < 0 {
 		return fmt.Errorf("--timeout %v: must not be negative", o.timeout)
 	}
+	onTimeout := sdk.OnTimeout(o.onTimeout)
+	if onTimeout != sdk.OnTimeoutKill && onTimeout != sdk.OnTimeoutPause {
+		return fmt.Errorf("--on-timeout %q: want kill or pause", o.onTimeout)
+	}
+	if o.autoResume && onTimeout != sdk.OnTimeoutPause {
+		return fmt.Errorf("--auto-resume needs --on-timeout pause: only a paused sandbox is resumed")
+	}
 	env, err := parsePairs("--env", o.env)
 	if err != nil {
 		return err
@@ -76,7 +95,7 @@ func runCreate(ctx context.Context, g *globals, o *createOptions) error {
 	opts := sdk.CreateOptions{
 		Template: o.template, Image: o.image, Envs: env, Metadata: md,
 		CPUs: o.cpus, MemoryMB: o.memoryMB, DiskMB: o.disk.mb, Timeout: o.timeout,
-		Backend: g.backend,
+		Backend: g.backend, OnTimeout: onTimeout, AutoResume: o.autoResume,
 	}
 	if o.egress.set() {
 		if opts.Network, opts.AllowInternetAccess, err = o.egress.policy(); err != nil {

@@ -74,8 +74,12 @@ func runLs(ctx context.Context, g *globals, o *lsOptions) error {
 	fmt.Fprintln(tw, "SANDBOX ID\tTEMPLATE\tBACKEND\tSTATE\tSTARTED\tENDS IN\tMETADATA")
 	now := time.Now()
 	for _, sb := range all {
+		ends := until(now, sb.EndAt)
+		if sb.State == "paused" {
+			ends = "-" // a paused sandbox waits for resume or kill
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.SandboxID, sb.TemplateID, orDash(sb.Backend), sb.State,
-			sb.StartedAt.Local().Format(time.DateTime), until(now, sb.EndAt), formatPairs(sb.Metadata))
+			sb.StartedAt.Local().Format(time.DateTime), ends, formatPairs(sb.Metadata))
 	}
 	return tw.Flush()
 }
