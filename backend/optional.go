@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"io"
 	"net"
 
 	"github.com/lightbearco/tupper/netpolicy"
@@ -80,4 +81,14 @@ type NetworkObserver interface {
 // engine dials TCP to AgentAddr's host at that port.
 type Dialer interface {
 	DialSandbox(ctx context.Context, id string, port int) (net.Conn, error)
+}
+
+// Exporter is a backend that can write what a sandbox changed in its file
+// system since it booted (or was restored), as an OCI image layer: an
+// uncompressed tar, deletions as ".wh." files. Files that belong to the
+// sandbox alone (its resolver, its hosts file, the egress CA its agent
+// trusts) are left out. Template builds commit sandboxes with it; without
+// it they fail with errdefs.ErrNotSupported.
+type Exporter interface {
+	ExportChanges(ctx context.Context, id string, w io.Writer) error
 }
