@@ -157,6 +157,9 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	if err := opts.validate(&e.cfg); err != nil {
 		return nil, err
 	}
+	if err := e.bindSecrets(ctx, teamOf(ctx), opts.Network); err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
 	if opts.Template != "" {
 		// A template may name a snapshot (E2B's Sandbox.create(snapshotId)).
 		if sn, err := e.GetSnapshot(ctx, opts.Template); err == nil {

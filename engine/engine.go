@@ -24,6 +24,7 @@ import (
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/netpolicy"
+	"github.com/lightbearco/tupper/secret"
 )
 
 // Sandbox is a sandbox's record as the engine keeps it.
@@ -97,6 +98,11 @@ type Config struct {
 	// DefaultNetwork is the egress policy of sandboxes whose create says
 	// nothing of it; nil allows all egress, as in E2B.
 	DefaultNetwork *netpolicy.Policy
+	// Secrets keeps the teams' secrets, which network rules name
+	// (secrets.go). The caller opened it and closes it after the engine.
+	// Nil means none: the secret calls fail with errdefs.ErrNotSupported,
+	// and so does a rule that names a secret.
+	Secrets *secret.Store
 	// BootTimeout bounds how long a create waits for the agent to
 	// answer; zero means 30 seconds.
 	BootTimeout time.Duration

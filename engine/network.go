@@ -22,6 +22,9 @@ func (e *Engine) UpdateNetwork(ctx context.Context, id string, policy *netpolicy
 	if err := e.checkScope(ctx, id); err != nil {
 		return nil, err
 	}
+	if err := e.bindSandboxSecrets(ctx, id, policy); err != nil {
+		return nil, err
+	}
 	l, err := e.liveOf(id)
 	if err != nil {
 		return nil, err
