@@ -138,7 +138,8 @@ const instructions = `Tupper runs code in disposable, isolated sandboxes (gVisor
 Start with create_sandbox (or list_sandboxes to reuse one), then run_command, run_code and the file tools with its sandbox id.
 For data work, create_sandbox with template code-interpreter: run_code then keeps variables between runs, as a notebook, and returns plots as images.
 Long-running commands: run_command with background: true returns a pid at once; poll command_output, send input with send_stdin, stop with kill_command.
-A sandbox is killed after its idle timeout without tool calls; kill_sandbox when done.`
+A sandbox is killed after its idle timeout without tool calls; kill_sandbox when done.
+pause_sandbox saves an idle sandbox to disk until a tool call resumes it; snapshot_sandbox and fork_sandbox copy one with its processes and memory.`
 
 // NewServer returns an MCP server with Tupper's tools. Run it over stdio
 // with Server.Run, or serve it over HTTP (see Handler).
@@ -286,6 +287,7 @@ func (t *tools) register(s *mcpsdk.Server) {
 	t.registerCommands(s)
 	t.registerFiles(s)
 	t.registerCode(s)
+	t.registerLifecycle(s)
 }
 
 // Hints for tool annotations.

@@ -19,8 +19,9 @@ import (
 
 // wantTools are the tools the server must offer, by name.
 var wantTools = []string{
-	"command_output", "create_sandbox", "kill_command", "kill_sandbox", "list_files", "list_sandboxes",
-	"make_dir", "read_file", "remove_path", "run_code", "run_command", "send_stdin", "write_file",
+	"command_output", "create_sandbox", "delete_snapshot", "fork_sandbox", "kill_command", "kill_sandbox", "list_files", "list_sandboxes",
+	"make_dir", "pause_sandbox", "read_file", "remove_path", "resume_sandbox", "run_code", "run_command", "send_stdin",
+	"snapshot_sandbox", "write_file",
 }
 
 func newFakeServer(t *testing.T, cfg mcp.Config) (*fakeTransport, *mcpsdk.ClientSession) {
