@@ -16,6 +16,7 @@ import (
 	"github.com/lightbearco/tupper/agent/filesystem"
 	"github.com/lightbearco/tupper/agent/identity"
 	"github.com/lightbearco/tupper/agent/process"
+	"github.com/lightbearco/tupper/agent/startcmd"
 	"github.com/lightbearco/tupper/agent/status"
 	"github.com/lightbearco/tupper/proto"
 	"github.com/lightbearco/tupper/proto/filesystem/filesystemconnect"
@@ -47,6 +48,11 @@ type Config struct {
 	// /etc/hosts (it is not the sandbox's first process), and /init
 	// refuses to change them.
 	Network *Network
+	// Start, when set, is the template's start command and ready check:
+	// NewHandler starts them at once with the handler's process service
+	// (it fills in Procs, and Logger when nil), and /health answers 204
+	// only once they are ready (see package startcmd).
+	Start *startcmd.Config
 	// Logger receives the agent's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -85,7 +91,20 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	token := accesstoken.New(cfg.AccessToken)
 	mux.Handle("/files", files.New(files.Config{DefaultUser: cfg.DefaultUser, AccessToken: token, Logger: cfg.Logger}))
 	st := status.New(status.Config{Env: cfg.Env, Logger: cfg.Logger})
-	mux.Handle("/health", st)
+	health := st
+	if cfg.Start != nil {
+		sc := *cfg.Start
+		sc.Procs = procs
+		if sc.Logger == nil {
+			sc.Logger = cfg.Logger
+		}
+		runner, err := startcmd.Start(sc)
+		if err != nil {
+			return nil, err
+		}
+		health = runner.Health(st)
+	}
+	mux.Handle("/health", health)
 	mux.Handle("/envs", st)
 	mux.Handle("/metrics", st)
 	ih := &initHandler{token: token, tokenChanged: cfg.TokenChanged, log: cfg.Logger.With("op", "init")}

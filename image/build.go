@@ -56,6 +56,20 @@ var CodeInterpreterPackages = []string{
 // code interpreter on.
 const LabelCodeInterpreter = "dev.tupper.code-interpreter.port"
 
+// The labels of a template's start command (E2B's setStartCmd and
+// setReadyCmd). Every sandbox made from an image that carries them runs
+// LabelStartCmd at its first boot, and its create returns once
+// LabelReadyCmd exits 0 (both shell commands, run with bash -l -c). They
+// run as LabelStartUser (none: the user "user") in LabelStartWorkdir (none:
+// that user's home): the template's user and working directory at the end
+// of its build.
+const (
+	LabelStartCmd     = "dev.tupper.start-cmd"
+	LabelReadyCmd     = "dev.tupper.ready-cmd"
+	LabelStartUser    = "dev.tupper.start-user"
+	LabelStartWorkdir = "dev.tupper.start-workdir"
+)
+
 // Recipe is how a named template is built.
 type Recipe struct {
 	Packages []string

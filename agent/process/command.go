@@ -41,6 +41,9 @@ type command struct {
 	user  *identity.User
 	pty   *winsize // nil: pipes
 	stdin bool     // a writable stdin pipe; false: /dev/null (ignored with a PTY)
+	// unlisted keeps the process out of the service's table: List,
+	// Connect and the other RPCs do not see it (the agent's own checks).
+	unlisted bool
 }
 
 // winsize is a terminal size in cells.

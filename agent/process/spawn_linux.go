@@ -109,7 +109,9 @@ func (s *Service) spawn(c *command, req *pb.StartRequest, first *subscriber) (*h
 	h.pid = uint32(pid)
 	h.log = s.log.With("pid", pid)
 	h.subscribe(first)
-	s.add(h)
+	if !c.unlisted {
+		s.add(h)
+	}
 	h.pumps.Add(len(outputs))
 	for i, f := range outputs {
 		go h.pump(f, kinds[i])

@@ -53,6 +53,12 @@ func TestParseFlags(t *testing.T) {
 			args: []string{"--vsock-port", "49983", "--vsock-forward-port", "49984"},
 			want: options{addr: ":49983", user: "user", tokenFD: -1, vsockPort: 49983, vsockForwardPort: 49984, insideConns: defaultInsideConns},
 		},
+		{
+			name: "start command",
+			args: []string{"--start-cmd", "python3 -m http.server", "--ready-cmd", "curl -sf localhost:8000", "--start-user", "app", "--start-dir", "/srv"},
+			want: options{addr: ":49983", user: "user", tokenFD: -1, insideConns: defaultInsideConns,
+				startCmd: "python3 -m http.server", readyCmd: "curl -sf localhost:8000", startUser: "app", startDir: "/srv"},
+		},
 		{name: "vsock ports equal", args: []string{"--vsock-port", "5", "--vsock-forward-port", "5"}, wantErr: true},
 		{name: "vsock port too big", args: []string{"--vsock-port", "4294967295"}, wantErr: true},
 		{name: "stray argument", args: []string{"serve"}, wantErr: true},

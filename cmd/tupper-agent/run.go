@@ -22,6 +22,7 @@ import (
 	"github.com/lightbearco/tupper/agent/identity"
 	"github.com/lightbearco/tupper/agent/netconf"
 	"github.com/lightbearco/tupper/agent/process"
+	"github.com/lightbearco/tupper/agent/startcmd"
 )
 
 // tokenEnv is how the engine hands the sandbox's access token to the agent.
@@ -53,8 +54,12 @@ type options struct {
 	// insideConns caps the connections from inside the sandbox (see
 	// limitInside).
 	insideConns int
-	version     bool
-	logOut      io.Writer
+	// startCmd and readyCmd are the template's start command and ready
+	// check, run as startUser in startDir (see package startcmd).
+	startCmd, readyCmd  string
+	startUser, startDir string
+	version             bool
+	logOut              io.Writer
 }
 
 // maxVsockPort is the largest vsock port; the next is VMADDR_PORT_ANY.
@@ -72,6 +77,10 @@ func parseFlags(args []string) (options, error) {
 	fs.UintVar(&o.vsockPort, "vsock-port", 0, "also serve on this AF_VSOCK port (0: none)")
 	fs.UintVar(&o.vsockForwardPort, "vsock-forward-port", 0, "forward connections on this AF_VSOCK port to the sandbox's TCP ports (0: none)")
 	fs.IntVar(&o.insideConns, "inside-conns", defaultInsideConns, "most connections at once from inside the sandbox (loopback, its own addresses); 0 for no cap")
+	fs.StringVar(&o.startCmd, "start-cmd", "", "the template's start command, run at start with bash -l -c as a process tagged "+startcmd.Tag)
+	fs.StringVar(&o.readyCmd, "ready-cmd", "", "the template's ready check: /health answers 503 until it exits 0 (none: ready once the start command runs)")
+	fs.StringVar(&o.startUser, "start-user", "", "the user the start command and ready check run as (default: --user)")
+	fs.StringVar(&o.startDir, "start-dir", "", "where the start command and ready check run (default: their user's home)")
 	fs.BoolVar(&o.version, "version", false, "print the envd protocol version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -146,7 +155,11 @@ func run(o options) error {
 			return err
 		}
 	}
-	h, err := agent.NewHandler(agent.Config{DefaultUser: o.user, Env: env, AccessToken: token, TokenChanged: tokenChanged, Network: network, Logger: log})
+	var start *startcmd.Config
+	if o.startCmd != "" || o.readyCmd != "" {
+		start = &startcmd.Config{Cmd: o.startCmd, Ready: o.readyCmd, User: o.startUser, Dir: o.startDir}
+	}
+	h, err := agent.NewHandler(agent.Config{DefaultUser: o.user, Env: env, AccessToken: token, TokenChanged: tokenChanged, Network: network, Start: start, Logger: log})
 	if err != nil {
 		return err
 	}
