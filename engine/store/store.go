@@ -16,6 +16,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -89,6 +90,14 @@ type Sandbox struct {
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// Pids is the sandbox's task limit; zero means the engine's default.
 	Pids int64 `json:"pids,omitempty"`
+	// StartCmd and ReadyCmd are its template's start command and ready
+	// check, which its agent runs when it first boots (a restore finds
+	// them done), as StartUser in StartDir (empty: the agent's default
+	// user, in that user's home). See image.LabelStartCmd.
+	StartCmd  string `json:"startCmd,omitempty"`
+	ReadyCmd  string `json:"readyCmd,omitempty"`
+	StartUser string `json:"startUser,omitempty"`
+	StartDir  string `json:"startDir,omitempty"`
 	// PausedAt is when the sandbox was last paused; MemoryKept says
 	// whether that pause kept its memory and processes (else only its
 	// files).
@@ -100,6 +109,10 @@ type Sandbox struct {
 	// interpreter (its image says so), or 0. The daemon hands that port
 	// the envd token that E2B's code-interpreter SDKs send to it.
 	CodeInterpreterPort int `json:"codeInterpreterPort,omitempty"`
+	// VolumeMounts are the volumes mounted into the sandbox, as its create
+	// asked; a volume that a live sandbox (or a snapshot of one) mounts
+	// cannot be deleted.
+	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
 	// KilledAt and KillReason are set once the sandbox is gone.
 	KilledAt   time.Time `json:"killedAt,omitzero"`
 	KillReason string    `json:"killReason,omitempty"`
@@ -130,6 +143,7 @@ CREATE INDEX IF NOT EXISTS sandboxes_by_state ON sandboxes(state, started_ns, id
 var migrations = []func(ctx context.Context, tx *sql.Tx) error{
 	migrateOwners,
 	migrateSnapshots,
+	migrateVolumes,
 }
 
 // migrateOwners gives sandboxes owners: a team (the default one for every
@@ -443,6 +457,7 @@ func (sb *Sandbox) Clone() *Sandbox {
 	c.AllowInternetAccess = clonePtr(sb.AllowInternetAccess)
 	c.Secure = clonePtr(sb.Secure)
 	c.AutoPauseMemory = clonePtr(sb.AutoPauseMemory)
+	c.VolumeMounts = slices.Clone(sb.VolumeMounts)
 	return &c
 }
 
