@@ -93,6 +93,20 @@ type Spec struct {
 	// backend whose host has egress turned off (Config.Network.NoEgress)
 	// gives the sandbox none whatever this says.
 	Network *netpolicy.Policy
+	// Mounts are host directories bound read-write into the sandbox, in
+	// order: volumes, which other sandboxes may mount at the same time
+	// and the host may change, so a backend must not cache what they
+	// hold beyond what a shared file system allows (a write in one
+	// sandbox is seen by the others' next reads).
+	Mounts []Mount
+}
+
+// Mount binds the host directory Source at Destination in the sandbox.
+// Destination is absolute and clean, and the engine keeps it off the
+// sandbox's system directories.
+type Mount struct {
+	Source      string
+	Destination string
 }
 
 // Agent says which agent binary to run and how.

@@ -3,6 +3,7 @@ package gvisor
 import (
 	"fmt"
 	"path"
+	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -153,7 +154,7 @@ func buildSpec(in specInput) *specs.Spec {
 		swap := mem
 		res.Memory.Swap = &swap
 	}
-	return &specs.Spec{
+	spec := &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{
 			Terminal: false,
@@ -204,6 +205,46 @@ func buildSpec(in specInput) *specs.Spec {
 				{Type: specs.NetworkNamespace, Path: in.NetNSPath},
 			},
 		},
+	}
+	addVolumes(spec, s.Mounts)
+	return spec
+}
+
+// mountHintPrefix starts runsc's annotations that tell it more about a
+// mount than the OCI spec can (runsc/boot/mount_hints.go):
+// <prefix><name>.source, .type and .share.
+const mountHintPrefix = "dev.gvisor.spec.mount."
+
+// addVolumes binds each of mounts into the sandbox, read-write, after the
+// mounts above (a volume at a path under one of them lands on it).
+//
+// runsc caches what a sandbox looks up in its files, and a volume is
+// changed by other sandboxes and by the host. Each volume gets a mount
+// hint with share "shared": runsc then serves it with its gofer in
+// cache=remote_revalidating mode, which checks its cache against the host
+// on every lookup, so that a write in one sandbox is seen by the next
+// read in another. That is runsc's default for mounts other than the
+// root (--file-access-mounts=shared); the hint keeps it so whatever flags
+// the operator adds. One hint per host directory: runsc refuses two with
+// one source.
+func addVolumes(spec *specs.Spec, mounts []backend.Mount) {
+	hinted := map[string]bool{}
+	for i, m := range mounts {
+		spec.Mounts = append(spec.Mounts, specs.Mount{
+			Destination: m.Destination, Type: "bind", Source: m.Source,
+			Options: []string{"rbind", "rw", "nosuid", "nodev"},
+		})
+		if hinted[m.Source] {
+			continue
+		}
+		hinted[m.Source] = true
+		if spec.Annotations == nil {
+			spec.Annotations = map[string]string{}
+		}
+		name := mountHintPrefix + "tuppervolume" + strconv.Itoa(i)
+		spec.Annotations[name+".source"] = m.Source
+		spec.Annotations[name+".type"] = "bind"
+		spec.Annotations[name+".share"] = "shared"
 	}
 }
 

@@ -134,7 +134,7 @@ func buildSpec(in specInput) *specs.Spec {
 	}
 	nproc := perUserTasks(pids)
 	idmap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: in.HostIDBase, Size: idCount}}
-	return &specs.Spec{
+	spec := &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{
 			User:            specs.User{UID: 0, GID: 0},
@@ -197,6 +197,16 @@ func buildSpec(in specInput) *specs.Spec {
 			Seccomp:       seccompProfile(runtime.GOARCH),
 		},
 	}
+	// Volumes, read-write, after the mounts above. Their files keep their
+	// host owners, which the sandbox's user namespace does not map (they
+	// show as nobody): a volume's top is open to every user for that.
+	for _, m := range s.Mounts {
+		spec.Mounts = append(spec.Mounts, specs.Mount{
+			Destination: m.Destination, Type: "bind", Source: m.Source,
+			Options: []string{"rbind", "rw", "nosuid", "nodev"},
+		})
+	}
+	return spec
 }
 
 // capped is the rlimit res at soft and hard, lowered to the hard limit of
