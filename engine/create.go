@@ -213,6 +213,9 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		Timeout: timeout, Pids: orDefault(opts.Pids, e.cfg.DefaultPids),
 		CodeInterpreterPort: codeInterpreterPort(img),
 	}
+	if err := setStartCommand(sb, img); err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
 	if sb.TemplateID == "" {
 		sb.TemplateID = ref
 	}
@@ -287,7 +290,8 @@ func (e *Engine) specFor(sb *Sandbox, img *image.Image) *backend.Spec {
 }
 
 // waitAgent polls the agent's /health until it answers 204, failing early
-// when be, sb's backend, says the sandbox is gone.
+// when be, sb's backend, says the sandbox is gone, or when the agent says
+// that its template's start command failed (500 with a message).
 func (e *Engine) waitAgent(ctx context.Context, be backend.Backend, sb *Sandbox) error {
 	// Not through Dial: the sandbox is not live yet. No keep-alives:
 	// each try is a fresh connection.
@@ -301,13 +305,23 @@ func (e *Engine) waitAgent(ctx context.Context, be backend.Backend, sb *Sandbox)
 	defer client.CloseIdleConnections()
 	url := "http://" + SandboxAddr(sb.ID, backend.AgentPort) + "/health"
 	delay := 2 * time.Millisecond
+	notReady := "" // what the agent last said it waits for
 	for attempt := 0; ; attempt++ {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := client.Do(req)
 		if err == nil {
+			msg := ""
+			if resp.StatusCode != http.StatusNoContent {
+				msg = healthMessage(resp)
+			}
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusNoContent {
+			switch {
+			case resp.StatusCode == http.StatusNoContent:
 				return nil
+			case resp.StatusCode == http.StatusInternalServerError && msg != "":
+				return fmt.Errorf("sandbox %q: its template's start command failed: %s: %w", sb.ID, msg, errdefs.ErrFailedPrecondition)
+			case resp.StatusCode == http.StatusServiceUnavailable && msg != "":
+				notReady = msg
 			}
 		}
 		if attempt%10 == 9 {
@@ -317,6 +331,9 @@ func (e *Engine) waitAgent(ctx context.Context, be backend.Backend, sb *Sandbox)
 		}
 		select {
 		case <-ctx.Done():
+			if notReady != "" {
+				return fmt.Errorf("sandbox %q: not ready within the boot timeout (%v): %s: %w", sb.ID, e.cfg.BootTimeout, notReady, errdefs.ErrDeadlineExceeded)
+			}
 			return fmt.Errorf("sandbox %q: agent at %s did not answer in time (last error: %v): %w", sb.ID, sb.AgentAddr, err, errdefs.ErrDeadlineExceeded)
 		case <-time.After(delay):
 		}
@@ -356,7 +373,7 @@ func agentArgs(sb *Sandbox) []string {
 	if sb.CodeInterpreterPort != 0 {
 		args = append(args, "--code-interpreter", fmt.Sprintf(":%d", sb.CodeInterpreterPort))
 	}
-	return args
+	return append(args, startArgs(sb)...)
 }
 
 func orDefault[T comparable](v, def T) T {
