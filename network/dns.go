@@ -235,9 +235,10 @@ func (d *dnsServer) answer(r *dns.Msg, src netip.Addr) *dns.Msg {
 		// what is refused.
 		m.Answer, m.Extra = dnsStripAAAA(m.Answer), dnsStripAAAA(m.Extra)
 	}
-	if _, ok := pol.DomainVerdict(name); ok {
-		// The egress proxy admits a connection by its Host or SNI only
-		// at an address the name resolves to: remember this answer's.
+	if _, ok := pol.DomainVerdict(name); ok || len(pol.Transform(name)) > 0 {
+		// The egress proxy admits a connection by its Host or SNI, and
+		// adds a rule's headers, only at an address the name resolves
+		// to: remember this answer's.
 		sb.bind(name, dnsAddrs(m.Answer))
 	}
 	return m

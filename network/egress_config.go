@@ -33,6 +33,10 @@ type EgressConfig struct {
 	// UpstreamRoots verifies the servers that the egress proxy connects
 	// to when it adds headers; nil means the host's system roots.
 	UpstreamRoots *x509.CertPool
+	// Secrets resolves the secrets that rules' headers use, as the proxy
+	// sends each request; nil means none resolves, and a request whose
+	// rules use one fails with 502 rather than go out without it.
+	Secrets SecretResolver
 	// LogGroup is the NFLOG group that reports refused flows; zero
 	// means one derived from Dir.
 	LogGroup uint16

@@ -89,7 +89,7 @@ func NewEgress(cfg EgressConfig) (_ *Egress, retErr error) {
 	if e.dns, err = startDNS(dnsConfig{Addr: "127.0.0.1:0", Upstreams: cfg.DNSUpstreams, Lookup: e, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("egress: dns server: %w", err)
 	}
-	if e.proxy, err = startProxy(proxyConfig{Addr: "127.0.0.1:0", Lookup: e, CA: ca, RootCAs: cfg.UpstreamRoots, Resolve: e.dns.lookupA, Logger: cfg.Logger}); err != nil {
+	if e.proxy, err = startProxy(proxyConfig{Addr: "127.0.0.1:0", Lookup: e, CA: ca, RootCAs: cfg.UpstreamRoots, Resolve: e.dns.lookupA, Secrets: cfg.Secrets, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("egress: proxy: %w", err)
 	}
 	stop, err := listenDenials(context.Background(), cfg.LogGroup, e.kernelDenial)

@@ -62,6 +62,9 @@ type proxyConfig struct {
 	// names an allowed host the sandbox never looked up through its
 	// resolver; nil means such connections are decided by address only.
 	Resolve func(name string) []netip.Addr
+	// Secrets resolves the secrets that rules' headers use; nil means
+	// none resolves, and requests whose rules use one fail.
+	Secrets SecretResolver
 	// Logger receives the proxy's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -94,6 +97,7 @@ type egressProxy struct {
 	origDst func(net.Conn) (netip.AddrPort, error)
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
 	resolve func(string) []netip.Addr
+	secrets SecretResolver
 	log     *slog.Logger
 	// ctx ends when the proxy closes; upstream dials and requests use it.
 	ctx    context.Context
@@ -116,7 +120,7 @@ func startProxy(cfg proxyConfig) (*egressProxy, error) {
 	}
 	p := &egressProxy{
 		ln: ln, lookup: cfg.Lookup, ca: cfg.CA, rootCAs: cfg.RootCAs,
-		origDst: cfg.OrigDst, dial: cfg.Dial, resolve: cfg.Resolve, log: cfg.Logger,
+		origDst: cfg.OrigDst, dial: cfg.Dial, resolve: cfg.Resolve, secrets: cfg.Secrets, log: cfg.Logger,
 		sets: map[*connSet]struct{}{},
 	}
 	if p.origDst == nil {
@@ -261,6 +265,13 @@ func (p *egressProxy) handle(c net.Conn, set *connSet) {
 	}
 	switch {
 	case kind == "tls" && host != "" && len(pol.Transform(host)) > 0:
+		// A rule's headers go only to where its host is (proxy_secrets.go).
+		if !sb.resolvesTo(host, dst.Addr(), p.resolve) {
+			sb.deny(netpolicy.Denial{Kind: kind, Protocol: "tcp", Destination: dst.String(), Host: host,
+				Rule: "the rules for " + host + " add headers only at the addresses it resolves to"})
+			set.close(true)
+			return
+		}
 		p.terminate(c, set, sb, dst, host, peeked)
 	case kind == "http":
 		// Every request on the connection is decided, not only the
@@ -435,9 +446,9 @@ func (p *egressProxy) serveRequests(c net.Conn, h http.Handler) {
 }
 
 // transformHandler forwards requests for sni to dst with the headers of
-// the sandbox's current rules for sni; requests for any other host are
-// refused, so that a connection terminated for one host cannot carry
-// requests, and so headers, to another.
+// the sandbox's current rules for sni, their secrets resolved; requests
+// for any other host are refused, so that a connection terminated for one
+// host cannot carry requests, and so headers, to another.
 func (p *egressProxy) transformHandler(sb *sandboxNet, dst netip.AddrPort, sni string, tr http.RoundTripper) http.Handler {
 	urlHost := sni
 	if dst.Port() != 443 {
@@ -447,14 +458,7 @@ func (p *egressProxy) transformHandler(sb *sandboxNet, dst netip.AddrPort, sni s
 		pr.Out.URL.Scheme = "https"
 		pr.Out.URL.Host = urlHost
 		pr.Out.Host = ""
-		for _, r := range sb.Policy().Transform(sni) {
-			if r.Transform == nil {
-				continue
-			}
-			for k, v := range r.Transform.Headers {
-				pr.Out.Header.Set(k, v)
-			}
-		}
+		withRuleHeaders(pr.In, pr.Out)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if hostOnly(r.Host) != sni {
@@ -464,7 +468,7 @@ func (p *egressProxy) transformHandler(sb *sandboxNet, dst netip.AddrPort, sni s
 		// Stream both ways at once: by default the server would read the
 		// whole request body before the response could start.
 		http.NewResponseController(w).EnableFullDuplex()
-		rp.ServeHTTP(w, r)
+		p.serveWithRuleHeaders(w, r, sb, dst, sni, rp)
 	})
 }
 

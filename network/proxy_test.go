@@ -92,6 +92,12 @@ type proxyEnv struct {
 
 func newProxyEnv(t *testing.T, lk egressLookup, dst string, upstreams map[string]string) *proxyEnv {
 	t.Helper()
+	return newProxyEnvWith(t, lk, dst, upstreams, nil)
+}
+
+// newProxyEnvWith is newProxyEnv with edit applied to the proxy's config.
+func newProxyEnvWith(t *testing.T, lk egressLookup, dst string, upstreams map[string]string, edit func(*proxyConfig)) *proxyEnv {
+	t.Helper()
 	ca, err := loadOrCreateAuthority(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +106,7 @@ func newProxyEnv(t *testing.T, lk egressLookup, dst string, upstreams map[string
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(upCA.CertPEM())
 	d := netip.MustParseAddrPort(dst)
-	p, err := startProxy(proxyConfig{
+	cfg := proxyConfig{
 		Addr: "127.0.0.1:0", Lookup: lk, CA: ca, RootCAs: roots,
 		OrigDst: func(net.Conn) (netip.AddrPort, error) { return d, nil },
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -120,7 +126,11 @@ func newProxyEnv(t *testing.T, lk egressLookup, dst string, upstreams map[string
 			return []netip.Addr{d.Addr()}
 		},
 		Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	p, err := startProxy(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
