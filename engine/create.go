@@ -61,6 +61,9 @@ type CreateOptions struct {
 	// with errdefs.ErrInvalidArgument, listing the known ones; a backend
 	// that does not work on this host, with errdefs.ErrUnavailable.
 	Backend string
+	// VolumeMounts are volumes of the caller's team (by name, or id) to
+	// mount read-write, each at its Path (see volumes.go).
+	VolumeMounts []VolumeMount
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -163,6 +166,9 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	if opts.Template != "" {
 		// A template may name a snapshot (E2B's Sandbox.create(snapshotId)).
 		if sn, err := e.GetSnapshot(ctx, opts.Template); err == nil {
+			if len(opts.VolumeMounts) > 0 {
+				return nil, fmt.Errorf("create: a sandbox started from a snapshot mounts the snapshot's volumes, no others: %w", errdefs.ErrInvalidArgument)
+			}
 			return e.createFromSnapshot(ctx, opts, sn)
 		} else if !errdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("create: %w", err)
@@ -201,6 +207,10 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	if timeout == 0 {
 		timeout = e.cfg.DefaultTimeout
 	}
+	mounts, err := e.resolveMounts(ctx, scopeTeam(ctx), opts.VolumeMounts)
+	if err != nil {
+		return nil, err
+	}
 	now := time.Now().UTC()
 	sb := &Sandbox{
 		ID: newID(), Backend: backendName, TemplateID: template, ImageRef: ref, ImageID: img.ID,
@@ -211,7 +221,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		Network: opts.Network, AllowInternetAccess: opts.AllowInternetAccess,
 		Secure: opts.Secure, AutoPause: opts.AutoPause, AutoPauseMemory: opts.AutoPauseMemory, AutoResume: opts.AutoResume,
 		Timeout: timeout, Pids: orDefault(opts.Pids, e.cfg.DefaultPids),
-		CodeInterpreterPort: codeInterpreterPort(img),
+		CodeInterpreterPort: codeInterpreterPort(img), VolumeMounts: mounts,
 	}
 	if err := setStartCommand(sb, img); err != nil {
 		return nil, fmt.Errorf("create: %w", err)
@@ -229,6 +239,10 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	}
 	if err := e.store.Put(ctx, sb); err != nil {
 		return nil, fmt.Errorf("create: %w", e.explainDiskFull(err))
+	}
+	if err := e.holdVolumes(ctx, sb); err != nil {
+		e.store.Delete(context.WithoutCancel(ctx), sb.ID)
+		return nil, err
 	}
 	if err := e.leaseImage(ctx, sb); err != nil {
 		e.store.Delete(context.WithoutCancel(ctx), sb.ID)
@@ -286,6 +300,7 @@ func (e *Engine) specFor(sb *Sandbox, img *image.Image) *backend.Spec {
 		Resources: backend.Resources{CPUs: sb.CPUs, MemoryBytes: int64(sb.MemoryMB) << 20, Pids: orDefault(sb.Pids, e.cfg.DefaultPids), DiskBytes: int64(sb.DiskMB) << 20},
 		Labels:    map[string]string{"template": sb.TemplateID},
 		Network:   netpolicy.WithInternet(sb.Network, sb.AllowInternetAccess),
+		Mounts:    e.volumeMounts(sb),
 	}
 }
 

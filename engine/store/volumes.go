@@ -26,12 +26,14 @@ type Volume struct {
 	Token     string    `json:"token"`
 	SizeBytes int64     `json:"sizeBytes"`
 	CreatedAt time.Time `json:"createdAt"`
-	// State is VolumeReady, or VolumeDeleting while a delete runs.
+	// State is VolumeReady, or VolumeCreating or VolumeDeleting while a
+	// create or a delete runs (or crashed halfway).
 	State string `json:"state"`
 }
 
 // The states of a volume.
 const (
+	VolumeCreating = "creating"
 	VolumeReady    = "ready"
 	VolumeDeleting = "deleting"
 )
