@@ -199,4 +199,9 @@ type NetworkConfig struct {
 	// that the egress proxy trusts when it connects to servers on a
 	// sandbox's behalf (a corporate TLS proxy, a test server).
 	UpstreamCAs []byte
+	// Secrets returns the value of secret id, which a header of sandbox
+	// sandbox's network rules uses (netpolicy.SecretRef), as the egress
+	// proxy sends a request; nil means none resolves, and such requests
+	// fail rather than go out without it.
+	Secrets func(ctx context.Context, sandbox, id string) (string, error)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/proto"
 	"github.com/lightbearco/tupper/sdk"
+	"github.com/lightbearco/tupper/secret"
 )
 
 // DefaultRoot is where Tupper keeps its state unless told otherwise:
@@ -57,6 +58,7 @@ type Runtime struct {
 	images  *image.Store
 	engine  *engine.Engine
 	backend backend.Backend
+	secrets *secret.Store
 
 	// client carries the data plane to every sandbox, dialed by the
 	// engine.
@@ -70,7 +72,8 @@ var (
 )
 
 // Open builds a Runtime: it opens the image store (Root/images), the
-// default backend under Root/backends/<name> and the engine under
+// secret store (Root/secrets), the default backend under
+// Root/backends/<name> and the engine under
 // Root/engine, which re-attaches to sandboxes an earlier run left running,
 // opening the other backends they run on under Root/backends/<name> too.
 func Open(ctx context.Context, cfg Config) (*Runtime, error) {
@@ -100,6 +103,12 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	values := &secretValues{}
+	secrets, err := openSecrets(&cfg, values)
+	if err != nil {
+		images.Close()
+		return nil, err
+	}
 	backendConfig := func(name string) backend.Config {
 		c := backend.Config{Root: filepath.Join(cfg.Root, "backends", name), Logger: cfg.Logger, Network: cfg.Network}
 		if name == cfg.Backend {
@@ -110,22 +119,26 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	be, err := backend.Open(cfg.Backend, backendConfig(cfg.Backend))
 	if err != nil {
 		images.Close()
+		secrets.Close()
 		return nil, err
 	}
 	ecfg := cfg.Engine
 	ecfg.Root = filepath.Join(cfg.Root, "engine")
 	ecfg.Backend, ecfg.BackendName, ecfg.BackendConfig = be, cfg.Backend, backendConfig
 	ecfg.Images, ecfg.AgentPath, ecfg.Logger = images, cfg.AgentPath, cfg.Logger
-	r := &Runtime{images: images, backend: be}
+	ecfg.Secrets = secrets
+	r := &Runtime{images: images, backend: be, secrets: secrets}
 	eng, err := engine.New(ctx, ecfg)
 	if err != nil {
 		images.Close()
+		secrets.Close()
 		if c, ok := be.(io.Closer); ok {
 			c.Close()
 		}
 		return nil, err
 	}
 	r.engine = eng
+	values.engine.Store(eng)
 	// One client for every sandbox: the engine dials, keys its kept-alive
 	// connections by sandbox, and cuts them when the sandbox dies.
 	t := http.DefaultTransport.(*http.Transport).Clone()
@@ -143,7 +156,7 @@ func (r *Runtime) Engine() *engine.Engine { return r.engine }
 // Close closes the runtime; running sandboxes keep running (see
 // engine.Engine.Close).
 func (r *Runtime) Close() error {
-	err := errors.Join(r.engine.Close(), r.images.Close())
+	err := errors.Join(r.engine.Close(), r.images.Close(), r.secrets.Close())
 	// A backend may hold services of its own (the gVisor backend's
 	// resolver and egress proxy); its sandboxes keep running.
 	if c, ok := r.backend.(io.Closer); ok {
