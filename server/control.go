@@ -35,6 +35,7 @@ func (s *Server) controlPlane() http.Handler {
 	handle("PUT", "/sandboxes/{id}/network", s.handleNetwork)
 	handle("GET", "/sandboxes/{id}/network/denials", s.handleNetworkDenials)
 	s.snapshotRoutes(handle)
+	s.secretRoutes(handle)
 	s.observeRoutes(handle)
 
 	// A pattern without a method is less specific than one with, so these
