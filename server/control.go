@@ -35,6 +35,7 @@ func (s *Server) controlPlane() http.Handler {
 	handle("PUT", "/sandboxes/{id}/network", s.handleNetwork)
 	handle("GET", "/sandboxes/{id}/network/denials", s.handleNetworkDenials)
 	s.snapshotRoutes(handle)
+	s.volumeRoutes(handle)
 	s.secretRoutes(handle)
 	s.observeRoutes(handle)
 
@@ -50,7 +51,7 @@ func (s *Server) controlPlane() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
-	return s.requireAPIKey(mux)
+	return s.withVolumeContent(s.requireAPIKey(mux))
 }
 
 // requireAPIKey lets through requests with a valid X-API-KEY, scoped to

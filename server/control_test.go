@@ -258,7 +258,7 @@ func TestMalformedRequests(t *testing.T) {
 		{name: "create: disk above the maximum", method: "POST", path: "/v2/sandboxes", body: `{"diskSizeMB":1048576}`, want: 400, msg: "above this server's maximum of 102400 MB"},
 		{name: "create: disk too small", method: "POST", path: "/v2/sandboxes", body: `{"diskSizeMB":1}`, want: 400, msg: "below the 32 MB"},
 		{name: "create: negative disk", method: "POST", path: "/v2/sandboxes", body: `{"diskSizeMB":-1}`, want: 400, msg: "diskSizeMB"},
-		{name: "create: volume mounts", method: "POST", path: "/v2/sandboxes", body: `{"volumeMounts":[{"name":"v","path":"/data"}]}`, want: 501, msg: "volume mounts"},
+		{name: "create: an unknown volume", method: "POST", path: "/v2/sandboxes", body: `{"volumeMounts":[{"name":"v","path":"/data"}]}`, want: 404, msg: `volume "v" does not exist`},
 		{name: "timeout: missing", method: "POST", path: "/sandboxes/" + sb.SandboxID + "/timeout", body: `{}`, want: 400, msg: `{"timeout": <seconds>}`},
 		{name: "timeout: zero", method: "POST", path: "/sandboxes/" + sb.SandboxID + "/timeout", body: `{"timeout":0}`, want: 400, msg: "at least 1 second"},
 		{name: "timeout: broken", method: "POST", path: "/sandboxes/" + sb.SandboxID + "/timeout", body: `{"timeout":}`, want: 400, msg: "not valid JSON"},

@@ -165,8 +165,9 @@ func decodeCreate(data []byte) (engine.CreateOptions, error) {
 	if err != nil {
 		return engine.CreateOptions{}, err
 	}
-	if len(b.VolumeMounts) > 0 {
-		return engine.CreateOptions{}, fmt.Errorf("volume mounts are not supported yet: %w", errdefs.ErrNotSupported)
+	var mounts []engine.VolumeMount
+	for _, m := range b.VolumeMounts {
+		mounts = append(mounts, engine.VolumeMount{Name: m.Name, Path: m.Path})
 	}
 	if b.CPUCount < 0 || b.MemoryMB < 0 || b.DiskSizeMB < 0 || math.IsNaN(b.CPUCount) || math.IsInf(b.CPUCount, 0) {
 		return engine.CreateOptions{}, fmt.Errorf("cpuCount, memoryMB and diskSizeMB must be positive numbers: %w", errdefs.ErrInvalidArgument)
@@ -185,7 +186,7 @@ func decodeCreate(data []byte) (engine.CreateOptions, error) {
 		CPUs: b.CPUCount, MemoryMB: b.MemoryMB, DiskMB: b.DiskSizeMB,
 		Network: b.Network, AllowInternetAccess: b.AllowInternetAccess,
 		Secure: b.Secure, AutoPause: b.AutoPause != nil && *b.AutoPause, Backend: b.Backend,
-		AutoPauseMemory: b.AutoPauseMemory, AutoResume: autoResume,
+		AutoPauseMemory: b.AutoPauseMemory, AutoResume: autoResume, VolumeMounts: mounts,
 	}, nil
 }
 
