@@ -115,6 +115,14 @@ func (e *Engine) ListSnapshots(ctx context.Context, sandboxID, name string, limi
 	q := store.SnapshotQuery{SandboxID: sandboxID, Name: name, Limit: limit, After: next}
 	if s, ok := ScopeFrom(ctx); ok {
 		q.Team = s.Team
+		if s.OnlyKey {
+			// A key confined to its own sandboxes sees its own
+			// snapshots: one holds what its sandbox held.
+			if s.Key == "" {
+				return nil, "", nil
+			}
+			q.Creator = s.Key
+		}
 	}
 	return e.store.ListSnapshots(ctx, q)
 }
@@ -123,10 +131,18 @@ func (e *Engine) ListSnapshots(ctx context.Context, sandboxID, name string, limi
 // the scope of ctx.
 func (e *Engine) GetSnapshot(ctx context.Context, ref string) (*Snapshot, error) {
 	team := DefaultTeam
-	if s, ok := ScopeFrom(ctx); ok {
+	s, scoped := ScopeFrom(ctx)
+	if scoped {
 		team = s.Team
 	}
-	return e.store.GetSnapshot(ctx, team, ref)
+	sn, err := e.store.GetSnapshot(ctx, team, ref)
+	if err != nil {
+		return nil, err
+	}
+	if scoped && s.OnlyKey && (s.Key == "" || sn.Creator != s.Key) {
+		return nil, fmt.Errorf("snapshot %q: %w", ref, errdefs.ErrNotFound)
+	}
+	return sn, nil
 }
 
 // DeleteSnapshot removes the snapshot that ref names. Sandboxes started
@@ -135,9 +151,6 @@ func (e *Engine) DeleteSnapshot(ctx context.Context, ref string) error {
 	sn, err := e.GetSnapshot(ctx, ref)
 	if err != nil {
 		return err
-	}
-	if s, ok := ScopeFrom(ctx); ok && s.OnlyKey && sn.Creator != s.Key {
-		return fmt.Errorf("snapshot %q: %w", ref, errdefs.ErrNotFound)
 	}
 	if err := e.store.DeleteSnapshot(ctx, sn.ID); err != nil {
 		return err

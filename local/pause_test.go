@@ -246,3 +246,41 @@ func TestSnapshotStartsSandboxesAndForkReportsEach(t *testing.T) {
 		t.Error("create from a deleted snapshot succeeded")
 	}
 }
+
+// TestSnapshotsKeepToTheirKey checks that a key confined to its own
+// sandboxes (an MCP session's) neither lists nor starts from another
+// key's snapshot, though they share a team: a snapshot holds what its
+// sandbox held.
+func TestSnapshotsKeepToTheirKey(t *testing.T) {
+	s := newStack(t, engine.Config{})
+	eng := s.rt.Engine()
+	ctx := context.Background()
+	a := engine.WithScope(ctx, engine.Scope{Team: "t1", Key: "key_a", OnlyKey: true})
+	b := engine.WithScope(ctx, engine.Scope{Team: "t1", Key: "key_b", OnlyKey: true})
+	src, err := eng.Create(a, engine.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, err := eng.CreateSnapshot(a, src.ID, "a-only")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, _, err := eng.ListSnapshots(b, "", "", 0, ""); err != nil || len(list) != 0 {
+		t.Errorf("key b lists %d snapshots (%v), want none of key a's", len(list), err)
+	}
+	for _, ref := range []string{sn.ID, "a-only"} {
+		if _, err := eng.Create(b, engine.CreateOptions{Template: ref}); err == nil {
+			t.Errorf("key b started a sandbox from key a's snapshot %s", ref)
+		}
+		if err := eng.DeleteSnapshot(b, ref); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("key b deleting key a's snapshot %s: %v, want not found", ref, err)
+		}
+	}
+	if list, _, err := eng.ListSnapshots(a, "", "", 0, ""); err != nil || len(list) != 1 {
+		t.Errorf("key a lists %d snapshots (%v), want its own", len(list), err)
+	}
+	team := engine.WithScope(ctx, engine.Scope{Team: "t1", Key: "key_c"})
+	if list, _, err := eng.ListSnapshots(team, "", "", 0, ""); err != nil || len(list) != 1 {
+		t.Errorf("a team-wide key lists %d snapshots (%v), want the team's", len(list), err)
+	}
+}

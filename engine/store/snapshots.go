@@ -115,9 +115,10 @@ type SnapshotQuery struct {
 	// Team keeps the snapshots of this team; empty means every team.
 	Team string
 	// SandboxID keeps the snapshots of this sandbox; Name those with this
-	// name.
+	// name; Creator those this API key made.
 	SandboxID string
 	Name      string
+	Creator   string
 	// Limit is the page size; 0 means no limit. After is a token from an
 	// earlier page.
 	Limit int
@@ -156,7 +157,7 @@ func (s *Store) ListSnapshots(ctx context.Context, q SnapshotQuery) ([]*Snapshot
 		if err != nil {
 			return nil, "", err
 		}
-		if q.Name != "" && !slices.Contains(sn.Names, q.Name) {
+		if q.Name != "" && !slices.Contains(sn.Names, q.Name) || q.Creator != "" && sn.Creator != q.Creator {
 			continue
 		}
 		if q.Limit > 0 && len(out) == q.Limit {
