@@ -110,6 +110,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log what happens")
 	root.AddCommand(newImageCmd(g), newRunCmd(g), newServeCmd(g), newMCPCmd(g))
 	root.AddCommand(newPauseCmd(g), newResumeCmd(g), newSnapshotCmd(g), newForkCmd(g))
+	root.AddCommand(newSecretCmd(g))
 	root.AddCommand(newCreateCmd(g), newLsCmd(g), newInfoCmd(g), newExecCmd(g), newRunCodeCmd(g), newShellCmd(g), newCpCmd(g), newReadCmd(g), newWriteCmd(g), newKillCmd(g), newTimeoutCmd(g), newNetworkCmd(g), newKeysCmd(g), newDoctorCmd(g), newVersionCmd(g))
 	return root
 }
