@@ -40,9 +40,10 @@ const tokenAckTimeout = 5 * time.Second
 // it, as user, restarting it if it exits. The agent holds the listening
 // socket for the sandbox's life, so nothing else in the sandbox can take
 // the port, and connections wait in its backlog while a server starts.
-// The server checks token, until the returned function replaces it (the
-// agent's /init: agent.Config.TokenChanged).
-func startCodeInterpreter(log *slog.Logger, addr, user string, env []string, token string) (func(string), error) {
+// The server checks token, until the supervisor's setToken replaces it
+// (the agent's /init: agent.Config.TokenChanged); the supervisor's stop
+// ends the restarts, before the agent stops its children.
+func startCodeInterpreter(log *slog.Logger, addr, user string, env []string, token string) (*interpreterSupervisor, error) {
 	ln, err := listenExclusive(addr)
 	if err != nil {
 		return nil, fmt.Errorf("code interpreter: %w", err)
@@ -61,7 +62,9 @@ func startCodeInterpreter(log *slog.Logger, addr, user string, env []string, tok
 		backoff := interpreterMinBackoff
 		for {
 			started := time.Now()
-			if err := s.runOnce(); err != nil {
+			if err := s.runOnce(); errors.Is(err, errStopped) {
+				return
+			} else if err != nil {
 				log.Error("code interpreter", "err", err)
 			}
 			if time.Since(started) > time.Minute {
@@ -72,8 +75,11 @@ func startCodeInterpreter(log *slog.Logger, addr, user string, env []string, tok
 		}
 	}()
 	log.Info("code interpreter listening", "addr", addr, "user", user)
-	return s.setToken, nil
+	return s, nil
 }
+
+// errStopped is runOnce's answer once stop was called.
+var errStopped = errors.New("code interpreter stopped")
 
 // interpreterSupervisor runs the code interpreter's server, one at a time,
 // and tells it the access token over a socket pair (never the environment,
@@ -91,11 +97,13 @@ type interpreterSupervisor struct {
 	// ackTimeout is tokenAckTimeout but in tests.
 	ackTimeout time.Duration
 
-	// mu orders setToken with starts, so that a server never starts with
-	// a token older than the one the agent checks.
-	mu    sync.Mutex
-	token string
-	live  *interpreterServer // nil between servers
+	// mu orders setToken and stop with starts, so that a server never
+	// starts with a token older than the one the agent checks, nor once
+	// the agent is stopping.
+	mu      sync.Mutex
+	token   string
+	live    *interpreterServer // nil between servers
+	stopped bool
 }
 
 // interpreterServer is a running server and the agent's end of its
@@ -124,6 +132,11 @@ func (s *interpreterSupervisor) runOnce() error {
 		return fmt.Errorf("token channel: %w", err)
 	}
 	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		conn.Close()
+		return errStopped
+	}
 	// The pair's buffer takes a token whole: the server reads it first.
 	conn.SetWriteDeadline(time.Now().Add(s.ackTimeout))
 	if err := json.NewEncoder(conn).Encode(s.token); err != nil {
@@ -152,8 +165,17 @@ func (s *interpreterSupervisor) runOnce() error {
 	}
 	s.mu.Unlock()
 	conn.Close()
-	s.log.Warn("code interpreter exited; starting it again", "pid", pid)
+	s.log.Warn("code interpreter exited", "pid", pid)
 	return nil
+}
+
+// stop ends the restarts: no server starts after it returns, so that
+// the agent's signal to its children (process.Shutdown) reaches the last
+// one. It leaves a running server alone.
+func (s *interpreterSupervisor) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
 }
 
 // setToken makes token the one the server checks, and returns once no

@@ -11,7 +11,13 @@ const interpreterCommand = "code-interpreter"
 
 var errInterpreterUnsupported = errors.New("the code interpreter runs only on Linux")
 
-func startCodeInterpreter(*slog.Logger, string, string, []string, string) (func(string), error) {
+// interpreterSupervisor is never made outside Linux.
+type interpreterSupervisor struct{}
+
+func (*interpreterSupervisor) setToken(string) {}
+func (*interpreterSupervisor) stop()           {}
+
+func startCodeInterpreter(*slog.Logger, string, string, []string, string) (*interpreterSupervisor, error) {
 	return nil, errInterpreterUnsupported
 }
 

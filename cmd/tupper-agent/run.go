@@ -149,11 +149,13 @@ func run(o options) error {
 	}
 	// Before the agent answers: a sandbox is ready once its agent is,
 	// and the interpreter's port must take connections by then.
+	var interp *interpreterSupervisor
 	var tokenChanged func(string)
 	if o.codeInterpreter != "" {
-		if tokenChanged, err = startCodeInterpreter(log, o.codeInterpreter, o.user, env, token); err != nil {
+		if interp, err = startCodeInterpreter(log, o.codeInterpreter, o.user, env, token); err != nil {
 			return err
 		}
+		tokenChanged = interp.setToken
 	}
 	var start *startcmd.Config
 	if o.startCmd != "" || o.readyCmd != "" {
@@ -212,6 +214,11 @@ func run(o options) error {
 		return err
 	case sig := <-sigc:
 		log.Info("stopping", "signal", sig.String())
+		if interp != nil {
+			// Else a server restarted after the signal would outlive
+			// an agent that is not the sandbox's first process.
+			interp.stop()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), childGrace)
 		if err := process.Shutdown(ctx, sig); err != nil {
 			log.Warn("stopping children", "err", err)
