@@ -138,6 +138,11 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r.engine = eng
+	// Volumes are loop mounts, which a host's reboot undoes: the
+	// sandboxes resumed or started from snapshots need theirs.
+	if err := eng.MountVolumes(ctx); err != nil {
+		cfg.Logger.Error("mount volumes", "err", err)
+	}
 	values.engine.Store(eng)
 	// One client for every sandbox: the engine dials, keys its kept-alive
 	// connections by sandbox, and cuts them when the sandbox dies.
@@ -172,6 +177,7 @@ func (r *Runtime) CreateSandbox(ctx context.Context, req sdk.CreateRequest) (*sd
 		Env: req.Env, CPUs: req.CPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 		Network: req.Network, AllowInternetAccess: req.AllowInternetAccess, Backend: req.Backend,
 		AutoPause: req.AutoPause, AutoPauseMemory: req.AutoPauseMemory, AutoResume: req.AutoResume,
+		VolumeMounts: volumeMounts(req.VolumeMounts),
 	})
 	if err != nil {
 		return nil, err

@@ -85,6 +85,11 @@ type CreateOptions struct {
 	// sandbox's files alone, as E2B's autoPauseMemory false does; it
 	// rules AutoResume out. Tupper keeps the memory all the same.
 	PauseFilesOnly bool
+	// VolumeMounts mount volumes of the API key's team (Client.CreateVolume),
+	// read-write, each at its Path, as E2B's volumeMounts: several
+	// sandboxes may mount one at once, and what they write stays. A path
+	// under /proc, /dev or /sys, or /etc itself, is refused.
+	VolumeMounts []VolumeMount
 }
 
 // OnTimeout says what happens to a sandbox when its time is up.
@@ -156,6 +161,7 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		Network:             opts.Network.Clone(),
 		AllowInternetAccess: opts.AllowInternetAccess,
 		Backend:             opts.Backend,
+		VolumeMounts:        slices.Clone(opts.VolumeMounts),
 		AutoPause:           opts.OnTimeout == OnTimeoutPause,
 		AutoPauseMemory:     pauseMemory,
 		AutoResume:          opts.AutoResume,

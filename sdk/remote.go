@@ -189,10 +189,17 @@ type createBody struct {
 	AllowInternetAccess *bool          `json:"allow_internet_access,omitempty"`
 	// Backend is Tupper's extension too: the backend to run on, empty
 	// for the server's default.
-	Backend         string          `json:"backend,omitempty"`
-	AutoPause       bool            `json:"autoPause,omitempty"`
-	AutoPauseMemory *bool           `json:"autoPauseMemory,omitempty"`
-	AutoResume      *autoResumeJSON `json:"autoResume,omitempty"`
+	Backend         string            `json:"backend,omitempty"`
+	AutoPause       bool              `json:"autoPause,omitempty"`
+	AutoPauseMemory *bool             `json:"autoPauseMemory,omitempty"`
+	AutoResume      *autoResumeJSON   `json:"autoResume,omitempty"`
+	VolumeMounts    []volumeMountJSON `json:"volumeMounts,omitempty"`
+}
+
+// volumeMountJSON is one of a create's volumeMounts.
+type volumeMountJSON struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 // autoResumeJSON is a create's autoResume, as the E2B SDKs send it.
@@ -320,6 +327,9 @@ func (t *HTTPTransport) CreateSandbox(ctx context.Context, req CreateRequest) (*
 	body.AutoPause, body.AutoPauseMemory = req.AutoPause, req.AutoPauseMemory
 	if req.AutoResume {
 		body.AutoResume = &autoResumeJSON{Enabled: true}
+	}
+	for _, m := range req.VolumeMounts {
+		body.VolumeMounts = append(body.VolumeMounts, volumeMountJSON{Name: m.Name, Path: m.Path})
 	}
 	var out sandboxJSON
 	if _, err := t.call(ctx, http.MethodPost, "/v2/sandboxes", nil, body, &out); err != nil {

@@ -73,6 +73,8 @@ type CreateRequest struct {
 	AutoPause       bool
 	AutoPauseMemory *bool
 	AutoResume      bool
+	// VolumeMounts are the volumes to mount (see CreateOptions.VolumeMounts).
+	VolumeMounts []VolumeMount
 }
 
 // NetworkTransport is a Transport that can change a running sandbox's
