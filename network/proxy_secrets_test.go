@@ -264,3 +264,25 @@ func TestDNSBindsRuleNames(t *testing.T) {
 		t.Error("an address the answer did not hold is taken for the name's")
 	}
 }
+
+// TestProxyNoRuleHeadersOverPlainHTTP checks that rules apply to HTTPS
+// alone: a plain HTTP request to the rule's host goes out as the sandbox
+// sent it, without resolving any secret.
+func TestProxyNoRuleHeadersOverPlainHTTP(t *testing.T) {
+	plainUp := httptest.NewServer(echoHost)
+	t.Cleanup(plainUp.Close)
+	res := &testSecrets{values: map[string]string{"sec_1": "sk-one"}}
+	_, lk := newTestSandbox(t, "127.0.0.1", secretPolicy("api.test", "api.test"))
+	env := newProxyEnvWith(t, lk, "127.0.0.10:80", map[string]string{"127.0.0.10:80": plainUp.Listener.Addr().String()},
+		func(c *proxyConfig) { c.Secrets = res.resolve })
+	code, body, err := get(t, env.client(), mustRequest(t, "GET", "http://api.test/", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `host=api.test sni= auth=[] extra=""`; code != http.StatusOK || body != want {
+		t.Errorf("%d %q, want 200 %q", code, body, want)
+	}
+	if res.askedCount() != 0 {
+		t.Errorf("the resolver was asked %d times for a plain HTTP request", res.askedCount())
+	}
+}
