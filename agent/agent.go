@@ -31,6 +31,9 @@ type Config struct {
 	// DefaultUser is the user requests act as when they name none;
 	// empty means identity.DefaultUser.
 	DefaultUser string
+	// DefaultWorkdir is where commands run when they name no directory;
+	// empty means the user's home.
+	DefaultWorkdir string
 	// Env is the base environment of every process the agent starts.
 	Env []string
 	// AccessToken, when set, must accompany every request in the
@@ -79,7 +82,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	procs, err := process.New(process.Config{DefaultUser: cfg.DefaultUser, Env: cfg.Env, Logger: cfg.Logger})
+	procs, err := process.New(process.Config{DefaultUser: cfg.DefaultUser, DefaultWorkdir: cfg.DefaultWorkdir, Env: cfg.Env, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

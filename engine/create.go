@@ -215,7 +215,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	sb := &Sandbox{
 		ID: newID(), Backend: backendName, TemplateID: template, ImageRef: ref, ImageID: img.ID,
 		State: store.StateCreating, Metadata: opts.Metadata, Env: opts.Env,
-		CPUs: orDefault(opts.CPUs, e.cfg.DefaultCPUs), MemoryMB: orDefault(opts.MemoryMB, e.cfg.DefaultMemoryMB),
+		CPUs: orDefault(opts.CPUs, e.templateCPUs(img)), MemoryMB: orDefault(opts.MemoryMB, e.templateMemoryMB(img)),
 		DiskMB: orDefault(opts.DiskMB, e.cfg.DefaultDiskMB), AccessToken: newToken(),
 		StartedAt: now, EndAt: now.Add(timeout),
 		Network: opts.Network, AllowInternetAccess: opts.AllowInternetAccess,
@@ -296,7 +296,7 @@ func (e *Engine) specFor(sb *Sandbox, img *image.Image) *backend.Spec {
 		RootFS:    img.RootFS,
 		Image:     BackendImage(img),
 		Env:       sandboxEnv(img.Config.Env, sb.Env, sb.AccessToken),
-		Agent:     backend.Agent{Path: e.cfg.AgentPath, Args: agentArgs(sb)},
+		Agent:     backend.Agent{Path: e.cfg.AgentPath, Args: append(agentArgs(sb), imageAgentArgs(img)...)},
 		Resources: backend.Resources{CPUs: sb.CPUs, MemoryBytes: int64(sb.MemoryMB) << 20, Pids: orDefault(sb.Pids, e.cfg.DefaultPids), DiskBytes: int64(sb.DiskMB) << 20},
 		Labels:    map[string]string{"template": sb.TemplateID},
 		Network:   netpolicy.WithInternet(sb.Network, sb.AllowInternetAccess),
@@ -372,6 +372,26 @@ func sandboxEnv(imageEnv []string, env map[string]string, token string) []string
 	return append(out, "TUPPER_ACCESS_TOKEN="+token)
 }
 
+// templateCPUs is the CPUs of a sandbox of img whose create names none:
+// what its template asks for (image.LabelCPUs), within the engine's
+// maximum, else the engine's default.
+func (e *Engine) templateCPUs(img *image.Image) float64 {
+	v, err := strconv.ParseFloat(img.Config.Labels[image.LabelCPUs], 64)
+	if err != nil || v <= 0 || v > maxCPUs {
+		return e.cfg.DefaultCPUs
+	}
+	return min(v, e.cfg.MaxCPUs)
+}
+
+// templateMemoryMB is templateCPUs for memory (image.LabelMemoryMB).
+func (e *Engine) templateMemoryMB(img *image.Image) int {
+	v, err := strconv.Atoi(img.Config.Labels[image.LabelMemoryMB])
+	if err != nil || v < 64 || v > maxMemoryMB {
+		return e.cfg.DefaultMemoryMB
+	}
+	return min(v, e.cfg.MaxMemoryMB)
+}
+
 // codeInterpreterPort is the port the image's sandboxes serve the code
 // interpreter on (its image.LabelCodeInterpreter), or 0.
 func codeInterpreterPort(img *image.Image) int {
@@ -389,6 +409,24 @@ func agentArgs(sb *Sandbox) []string {
 		args = append(args, "--code-interpreter", fmt.Sprintf(":%d", sb.CodeInterpreterPort))
 	}
 	return append(args, startArgs(sb)...)
+}
+
+// accountName is what an image's USER may be for its sandboxes' default
+// user: a name (a uid, or user:group, is not taken).
+var accountName = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+
+// imageAgentArgs are the agent's flags that img's config asks for: its
+// WORKDIR for where commands run, and its USER (a name) for whom they run
+// as, as E2B's templates set them (setWorkdir, setUser).
+func imageAgentArgs(img *image.Image) []string {
+	var args []string
+	if w := img.Config.WorkingDir; strings.HasPrefix(w, "/") {
+		args = append(args, "--workdir", w)
+	}
+	if u := img.Config.User; accountName.MatchString(u) {
+		args = append(args, "--user", u)
+	}
+	return args
 }
 
 func orDefault[T comparable](v, def T) T {

@@ -37,6 +37,7 @@ func (s *Server) controlPlane() http.Handler {
 	s.snapshotRoutes(handle)
 	s.volumeRoutes(handle)
 	s.secretRoutes(handle)
+	s.templateRoutes(handle)
 	s.observeRoutes(handle)
 
 	// A pattern without a method is less specific than one with, so these

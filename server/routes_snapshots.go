@@ -93,9 +93,18 @@ func (s *Server) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleDeleteTemplate serves DELETE /templates/{id}: 204 when a snapshot
-// of that id (or name) went, 404 otherwise.
+// or a template of that id (or name) went, 404 otherwise.
 func (s *Server) handleDeleteTemplate(w http.ResponseWriter, r *http.Request) {
-	if err := s.engine.DeleteSnapshot(r.Context(), r.PathValue("id")); err != nil {
+	ref := r.PathValue("id")
+	if ref == "tags" {
+		s.handleRemoveTags(w, r)
+		return
+	}
+	err := s.engine.DeleteSnapshot(r.Context(), ref)
+	if errdefs.IsNotFound(err) {
+		err = s.deleteTemplate(r, ref)
+	}
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}

@@ -23,11 +23,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"strings"
 	"time"
 
 	"github.com/lightbearco/tupper/auth"
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/template"
 )
 
 // Config configures a Server.
@@ -44,6 +46,9 @@ type Config struct {
 	Domain string
 	// DialTimeout bounds connecting to a sandbox; zero means 5 seconds.
 	DialTimeout time.Duration
+	// Templates, when set, builds templates through E2B's template API
+	// (the routes answer 501 without it).
+	Templates *template.Builder
 	// MCP, when set, serves /mcp (package mcp's Handler, which checks API
 	// keys itself).
 	MCP http.Handler
@@ -88,6 +93,8 @@ type Server struct {
 	proxy  *httputil.ReverseProxy
 	// metrics asks agents for /metrics on the control plane's behalf.
 	metrics *http.Client
+	// uploadKey signs the URLs of template file uploads.
+	uploadKey []byte
 }
 
 // New returns a Server for cfg.
@@ -98,7 +105,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger.With("component", "server"),
 		engine: cfg.Engine, keys: cfg.Keys,
-		signed: newTokenIndex(cfg.Engine),
+		signed: newTokenIndex(cfg.Engine), uploadKey: newUploadKey(),
 	}
 	s.agents = newAgentTransport(cfg.Engine, cfg.DialTimeout)
 	s.proxy = s.newProxy()
@@ -130,6 +137,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
 		s.serveSigned(w, r)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, uploadPrefix) {
+		s.serveUpload(w, r)
 		return
 	}
 	// After the sandbox routes, so that a sandbox's own /mcp stays

@@ -61,6 +61,11 @@ func (s *Service) resolve(u *identity.User, req *pb.StartRequest) (*command, err
 	}
 
 	dir := u.Home
+	if w := s.cfg.DefaultWorkdir; w != "" {
+		if st, err := os.Stat(w); err == nil && st.IsDir() {
+			dir = w
+		}
+	}
 	if cfg.Cwd != nil && cfg.GetCwd() != "" {
 		var err error
 		if dir, err = u.ResolvePath(cfg.GetCwd()); err != nil {

@@ -27,6 +27,10 @@ type Config struct {
 	// DefaultUser is the account commands run as when a request names
 	// none; empty means identity.DefaultUser.
 	DefaultUser string
+	// DefaultWorkdir is where commands run when a request names no
+	// directory (a template's WORKDIR); empty, or a directory that does
+	// not exist, means the user's home.
+	DefaultWorkdir string
 	// Env is the base environment ("KEY=value") of every command, beneath
 	// the per-user variables and the request's own envs.
 	Env []string

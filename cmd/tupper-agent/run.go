@@ -39,6 +39,7 @@ const (
 type options struct {
 	addr         string
 	user         string
+	workdir      string
 	tokenFile    string
 	tokenFD      int
 	noEnsureUser bool
@@ -70,6 +71,7 @@ func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("tupper-agent", flag.ContinueOnError)
 	fs.StringVar(&o.addr, "addr", ":49983", "listen address")
 	fs.StringVar(&o.user, "user", identity.DefaultUser, "user requests act as when they name none")
+	fs.StringVar(&o.workdir, "workdir", "", "where commands run when they name no directory (default: their user's home)")
 	fs.StringVar(&o.tokenFile, "access-token-file", "", "file holding the access token requests must carry (default: $"+tokenEnv+", else none)")
 	fs.IntVar(&o.tokenFD, "access-token-fd", -1, "descriptor to read the access token from (set by the agent itself, see hideToken)")
 	fs.BoolVar(&o.noEnsureUser, "no-ensure-user", false, "do not create the user \""+identity.DefaultUser+"\" when the image lacks it")
@@ -161,7 +163,7 @@ func run(o options) error {
 	if o.startCmd != "" || o.readyCmd != "" {
 		start = &startcmd.Config{Cmd: o.startCmd, Ready: o.readyCmd, User: o.startUser, Dir: o.startDir}
 	}
-	h, err := agent.NewHandler(agent.Config{DefaultUser: o.user, Env: env, AccessToken: token, TokenChanged: tokenChanged, Network: network, Start: start, Logger: log})
+	h, err := agent.NewHandler(agent.Config{DefaultUser: o.user, DefaultWorkdir: o.workdir, Env: env, AccessToken: token, TokenChanged: tokenChanged, Network: network, Start: start, Logger: log})
 	if err != nil {
 		return err
 	}

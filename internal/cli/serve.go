@@ -14,10 +14,13 @@ import (
 
 	"github.com/lightbearco/tupper/auth"
 	"github.com/lightbearco/tupper/engine"
+	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/local"
 	"github.com/lightbearco/tupper/mcp"
+	"github.com/lightbearco/tupper/netpolicy"
 	"github.com/lightbearco/tupper/sdk"
 	"github.com/lightbearco/tupper/server"
+	"github.com/lightbearco/tupper/template"
 )
 
 type serveOptions struct {
@@ -36,6 +39,9 @@ type serveOptions struct {
 	admit      admissionFlags
 	// disk and maxDisk are each sandbox's default and largest disk cap.
 	disk, maxDisk sizeFlag
+	// buildEgress is the egress of template build sandboxes: "allow" or
+	// "deny".
+	buildEgress string
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -73,6 +79,7 @@ Go SDK's CreateOptions.Backend. The daemon opens it on first use, under
 	f.StringVar(&o.defaultTemplate, "default-template", "", `template of creates that name none (default "base")`)
 	f.Var(&o.disk, "disk", "disk size of each sandbox (its writes, /tmp included) unless its create asks for another, such as 10G (default 10G, or --max-disk when smaller)")
 	f.Var(&o.maxDisk, "max-disk", "largest disk size a create may ask for (default 100G, or --disk when larger)")
+	f.StringVar(&o.buildEgress, "build-egress", "allow", `egress of template build sandboxes: "allow" (apt, pip and npm installs reach the internet) or "deny"`)
 	o.net.register(f)
 	o.admit.register(f)
 	_ = f.MarkHidden("image-root")
@@ -152,8 +159,24 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	var buildNet *netpolicy.Policy
+	switch o.buildEgress {
+	case "allow":
+	case "deny":
+		buildNet = &netpolicy.Policy{DenyOut: []string{netpolicy.AllTrafficV4, netpolicy.AllTrafficV6}}
+	default:
+		return fmt.Errorf(`--build-egress %q: want "allow" or "deny": %w`, o.buildEgress, errdefs.ErrInvalidArgument)
+	}
+	builder, err := template.New(template.Config{
+		Root: filepath.Join(root, "templates"), Engine: rt.Engine(), Images: rt.Images(),
+		Sandboxes: &sdk.Client{Transport: rt}, Network: buildNet, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer builder.Close()
 	srv, err := server.New(server.Config{
-		Engine: rt.Engine(), Keys: keys, Domain: domain, MCP: mcpHandler, Logger: log,
+		Engine: rt.Engine(), Keys: keys, Domain: domain, MCP: mcpHandler, Logger: log, Templates: builder,
 	})
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"path"
 	"strings"
+	"time"
 )
 
 // LayerFilter decides, for each file of a sandbox's changes, whether it
@@ -32,6 +33,10 @@ const maxFilteredFile = 16 << 20
 func LayerFromOverlay(r io.Reader, w io.Writer, filter LayerFilter) error {
 	tr := tar.NewReader(r)
 	tw := tar.NewWriter(w)
+	// whiteouts and dropped name the entries that became whiteouts or were
+	// left out: a hard link to one of them (runsc links the whiteouts that
+	// share an inode) is one too, or goes as well.
+	whiteouts, dropped := map[string]bool{}, map[string]bool{}
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -49,9 +54,15 @@ func LayerFromOverlay(r io.Reader, w io.Writer, filter LayerFilter) error {
 		out.Name = name
 		out.Format = tar.FormatPAX
 		out.Xattrs = nil //nolint:staticcheck // PAXRecords carry the same, filtered below
+		link := path.Clean(strings.TrimPrefix(strings.TrimPrefix(hdr.Linkname, "./"), "/"))
 		switch {
-		case hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0:
-			out = tar.Header{Typeflag: tar.TypeReg, Name: path.Join(path.Dir(name), ".wh."+path.Base(name)), Mode: 0o644, ModTime: hdr.ModTime, Format: tar.FormatPAX}
+		case hdr.Typeflag == tar.TypeLink && dropped[link]:
+			dropped[name] = true
+			continue
+		case hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0,
+			hdr.Typeflag == tar.TypeLink && whiteouts[link]:
+			whiteouts[name] = true
+			out = tar.Header{Typeflag: tar.TypeReg, Name: path.Join(path.Dir(name), ".wh."+path.Base(name)), Mode: 0o644, ModTime: whiteoutTime, Format: tar.FormatPAX}
 			if err := tw.WriteHeader(&out); err != nil {
 				return err
 			}
@@ -64,7 +75,7 @@ func LayerFromOverlay(r io.Reader, w io.Writer, filter LayerFilter) error {
 				return err
 			}
 			if opaque {
-				wh := tar.Header{Typeflag: tar.TypeReg, Name: name + "/.wh..wh..opq", Mode: 0o644, ModTime: hdr.ModTime, Format: tar.FormatPAX}
+				wh := tar.Header{Typeflag: tar.TypeReg, Name: name + "/.wh..wh..opq", Mode: 0o644, ModTime: whiteoutTime, Format: tar.FormatPAX}
 				if err := tw.WriteHeader(&wh); err != nil {
 					return err
 				}
@@ -77,6 +88,7 @@ func LayerFromOverlay(r io.Reader, w io.Writer, filter LayerFilter) error {
 			}
 			keep, data := filter(name, content)
 			if !keep {
+				dropped[name] = true
 				continue
 			}
 			out.Size = int64(len(data))
@@ -101,6 +113,10 @@ func LayerFromOverlay(r io.Reader, w io.Writer, filter LayerFilter) error {
 	}
 	return tw.Close()
 }
+
+// whiteoutTime is the time of every whiteout file: one that means the same
+// must look the same, whenever it was made.
+var whiteoutTime = time.Unix(0, 0)
 
 // overlayXattrs start the extended attributes that are overlayfs's own
 // bookkeeping, kept in tar as PAX records.

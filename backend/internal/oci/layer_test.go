@@ -20,7 +20,9 @@ func TestLayerFromOverlay(t *testing.T) {
 		{tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755}, ""},
 		{tar.Header{Name: "./etc/", Typeflag: tar.TypeDir, Mode: 0o755}, ""},
 		{tar.Header{Name: "./etc/gone", Typeflag: tar.TypeChar}, ""},
+		{tar.Header{Name: "./etc/gone-too", Typeflag: tar.TypeLink, Linkname: "./etc/gone"}, ""},
 		{tar.Header{Name: "./etc/hosts", Typeflag: tar.TypeReg, Mode: 0o644}, "10.0.0.2 sb\n"},
+		{tar.Header{Name: "./etc/hosts-link", Typeflag: tar.TypeLink, Linkname: "./etc/hosts"}, ""},
 		{tar.Header{Name: "./etc/ssl/certs/ca-certificates.crt", Typeflag: tar.TypeReg, Mode: 0o644}, bundle},
 		{tar.Header{Name: "./var/cache/", Typeflag: tar.TypeDir, Mode: 0o755, PAXRecords: map[string]string{"SCHILY.xattr.trusted.overlay.opaque": "y"}}, ""},
 		{tar.Header{Name: "./var/cache/x", Typeflag: tar.TypeReg, Mode: 0o600}, "x"},
@@ -57,6 +59,7 @@ func TestLayerFromOverlay(t *testing.T) {
 	want := map[string]string{
 		"etc/":                              "",
 		"etc/.wh.gone":                      "",
+		"etc/.wh.gone-too":                  "",
 		"etc/ssl/certs/ca-certificates.crt": "-----BEGIN CERTIFICATE-----\nDEBIAN\n-----END CERTIFICATE-----\n",
 		"var/cache/":                        "",
 		"var/cache/.wh..wh..opq":            "",
