@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -36,7 +37,7 @@ func TestSecretCommands(t *testing.T) {
 	}
 	eng, err := engine.New(ctx, engine.Config{
 		Root: filepath.Join(dir, "engine"), Backend: backendtest.NewFake(), BackendName: "fake",
-		Images: stubImages{dir}, AgentPath: exe, Secrets: st,
+		Images: stubImages{dir}, AgentPath: exe, Secrets: st, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)
