@@ -2,13 +2,16 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lightbearco/tupper/internal/testutil"
+	"github.com/lightbearco/tupper/sdk"
 )
 
 // TestSecrets checks secrets end to end with the published e2b SDK
@@ -75,6 +78,54 @@ func TestSecrets(t *testing.T) {
 			t.Errorf("%s reached the upstream", path)
 		}
 	}
+
+	// A daemon killed and started again resolves the secrets of the
+	// rules of the sandboxes it re-attaches to, through its new engine.
+	t.Run("restart", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		client := func() *sdk.Client {
+			tr, err := sdk.NewHTTPTransport(sdk.HTTPConfig{APIURL: d.URL, APIKey: d.Key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return &sdk.Client{Transport: tr}
+		}
+		if _, err := client().CreateSecret(ctx, name+"-r", value1, nil); err != nil {
+			t.Fatal(err)
+		}
+		sb, err := client().Create(ctx, sdk.CreateOptions{Network: &sdk.NetworkPolicy{
+			AllowOut: []string{"api.allowed.test"}, DenyOut: []string{sdk.DenyAllTraffic},
+			Rules: map[string][]sdk.NetworkRule{"api.allowed.test": {{Transform: &sdk.NetworkTransform{
+				Headers: map[string]string{"X-Api-Key": "Bearer " + sdk.SecretPlaceholder(name+"-r")}}}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := sb.ID()
+		d.crash(t)
+		d.start(t)
+		sb, err = client().Connect(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Kill(context.WithoutCancel(ctx))
+		if res, err := sb.Commands.Run(ctx, "curl -sS --max-time 20 https://api.allowed.test/secret-after-restart"); err != nil || !strings.Contains(res.Stdout, "hello from") {
+			t.Fatalf("after the restart: %+v, %v", res, err)
+		}
+		found := false
+		for _, r := range fake.Requests() {
+			if r.Path == "/secret-after-restart" {
+				found = r.Header.Get("X-Api-Key") == "Bearer "+value1
+			}
+		}
+		if !found {
+			t.Error("after the restart the request did not reach the upstream with the secret's value")
+		}
+		if err := client().DeleteSecret(ctx, name+"-r"); err != nil {
+			t.Error(err)
+		}
+	})
 
 	// The CLI lists the team's secrets (none left) and the daemon's log
 	// and state hold no value.
