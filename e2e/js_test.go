@@ -28,7 +28,9 @@ func TestJS(t *testing.T) {
 		t.Skip("boots gVisor sandboxes for two npm packages")
 	}
 	node := requireNode(t)
-	d := startServeDaemon(t)
+	// Template builds (@mastra/e2b's default template) get no egress:
+	// nothing leaves the machine.
+	d := startServeDaemon(t, "--build-egress", "deny")
 	for _, pkg := range jsPackages {
 		t.Run(pkg, func(t *testing.T) {
 			dir := filepath.Join(testutil.ModuleRoot(), "js", pkg)

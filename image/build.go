@@ -35,6 +35,9 @@ var BaseTemplatePackages = []string{
 	"python3", "python3-pip", "python3-venv",
 	"nodejs", "npm",
 	"git", "curl", "ca-certificates", "iproute2", "sudo",
+	// @mastra/e2b's default template is base with these (for its
+	// S3 mounts): with them here, its build needs no download.
+	"s3fs", "fuse",
 }
 
 // CodeInterpreterTemplate is the template of E2B's code interpreter:

@@ -25,7 +25,7 @@ import (
 
 // TestImagePackages are the Debian packages in the image TestRootFS returns,
 // on top of mmdebstrap's minbase variant of bookworm.
-var TestImagePackages = []string{"bash", "coreutils", "python3", "procps", "curl", "ca-certificates", "iproute2"}
+var TestImagePackages = []string{"bash", "coreutils", "python3", "procps", "curl", "ca-certificates", "iproute2", "s3fs", "fuse"}
 
 // testImageRecipe changes whenever the way the test image is made changes,
 // so that caches made the old way are not used.

@@ -2,7 +2,7 @@
 // with the least configuration that works (README.md): E2B_API_URL,
 // E2B_SANDBOX_URL and E2B_API_KEY in the environment, and template "base".
 // Commands, processes, files written and read back, and a reconnect by
-// Mastra's id. (Its stop() pauses, which Tupper cannot do yet: not tested.)
+// Mastra's id. (Its stop() and start(): mastra-e2b-lifecycle.test.mjs.)
 //
 // Needs a running `tupper serve`: TUPPER_API_URL and TUPPER_API_KEY, which
 // this file exports as the E2B_* variables, as a user's shell would.
