@@ -25,6 +25,14 @@ import (
 // within the team. A sandbox that mounts it (being created, running or
 // paused), or a snapshot of one, holds it: a delete then refuses, and says
 // which.
+//
+// A paused sandbox's checkpoint (or a snapshot) names the files of its
+// volumes that its processes held open or worked in, and gVisor finds them
+// again by path when it restores: if another sandbox or the content
+// routes removed one meanwhile, the resume fails with runsc's error naming
+// that path, and succeeds once something is there again. Nothing else of
+// a volume's content is in a checkpoint: a restored sandbox sees the
+// volume as it is now.
 
 // Volume is a volume's record as the engine keeps it.
 type Volume = store.Volume

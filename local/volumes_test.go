@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/sdk"
@@ -151,5 +152,96 @@ func TestVolumeCapInSandbox(t *testing.T) {
 	}
 	if out, _ := sh(t, sb, "cat /data/keep.txt"); out != "old" {
 		t.Errorf("the file after the failed upload, in the sandbox: %q", out)
+	}
+}
+
+// TestVolumeAcrossPause: a paused sandbox keeps its volume: while it is
+// paused another sandbox writes there, the volume cannot be deleted (the
+// paused sandbox holds it), and once resumed the sandbox's process, whose
+// working directory is in the volume, reads the new file and its own; a
+// snapshot of it starts a sandbox with the volume mounted too.
+func TestVolumeAcrossPause(t *testing.T) {
+	s := newStack(t, engine.Config{})
+	ctx := context.Background()
+	eng := s.rt.Engine()
+	v := s.newVolume(t, "kept", 64)
+	a := s.create(t, sdk.CreateOptions{VolumeMounts: []sdk.VolumeMount{{Name: "kept", Path: "/data"}}})
+	sh(t, a, "mkdir -p /data/work && echo before > /data/work/mine.txt")
+	if _, err := a.Commands.Start(ctx, "cd /data/work && while :; do cat new.txt > seen.txt 2>/dev/null; sleep 0.1; done"); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Pause(ctx, a.ID(), true); err != nil {
+		t.Fatalf("pause a sandbox with a volume: %v", err)
+	}
+	b := s.create(t, sdk.CreateOptions{VolumeMounts: []sdk.VolumeMount{{Name: "kept", Path: "/data"}}})
+	sh(t, b, "echo while-paused > /data/work/new.txt")
+	if err := b.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.client.DeleteVolume(ctx, v.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), a.ID()) {
+		t.Errorf("delete of a volume a paused sandbox mounts: %v, want a conflict naming it", err)
+	}
+	a, err := s.client.Connect(ctx, a.ID())
+	if err != nil {
+		t.Fatalf("resume a sandbox with a volume: %v", err)
+	}
+	if out, _ := sh(t, a, "cat /data/work/mine.txt /data/work/new.txt"); out != "before\nwhile-paused" {
+		t.Errorf("after the resume: %q", out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _ := sh(t, a, "cat /data/work/seen.txt")
+		if out == "while-paused" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the resumed process never saw the new file: seen.txt holds %q", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	snap, err := a.CreateSnapshot(ctx, "")
+	if err != nil {
+		t.Fatalf("snapshot a sandbox with a volume: %v", err)
+	}
+	c, err := s.client.Create(ctx, sdk.CreateOptions{Template: snap.SnapshotID})
+	if err != nil {
+		t.Fatalf("start a sandbox from the snapshot: %v", err)
+	}
+	sh(t, a, "echo after-snapshot > /data/after.txt")
+	if out, _ := sh(t, c, "cat /data/after.txt"); out != "after-snapshot" {
+		t.Errorf("the snapshot's sandbox does not share the volume: %q", out)
+	}
+	if _, err := s.client.Create(ctx, sdk.CreateOptions{Template: snap.SnapshotID, VolumeMounts: []sdk.VolumeMount{{Name: "kept", Path: "/other"}}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a create from a snapshot with mounts of its own: %v, want invalid argument", err)
+	}
+	for _, sb := range []*sdk.Sandbox{a, c} {
+		sb.Kill(ctx)
+	}
+	if err := s.client.DeleteVolume(ctx, v.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), snap.SnapshotID) {
+		t.Errorf("delete of a volume a snapshot mounts: %v, want a conflict naming it", err)
+	}
+	if err := s.client.DeleteSnapshot(ctx, snap.SnapshotID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVolumeOnRunc: a runc sandbox mounts a volume too. Its user
+// namespace maps none of the volume's host owners (files show as
+// nobody's), so the volume's top is open to all: the sandbox reads what
+// the SDK wrote and writes what the SDK reads.
+func TestVolumeOnRunc(t *testing.T) {
+	s := newStackOn(t, "runc", engine.Config{}, backend.NetworkConfig{})
+	ctx := context.Background()
+	v := s.newVolume(t, "runcvol", 32)
+	if _, err := v.WriteFile(ctx, "/from-sdk.txt", []byte("from the SDK")); err != nil {
+		t.Fatal(err)
+	}
+	sb := s.create(t, sdk.CreateOptions{VolumeMounts: []sdk.VolumeMount{{Name: "runcvol", Path: "/data"}}})
+	if out, code := sh(t, sb, "cat /data/from-sdk.txt && echo from-runc > /data/from-runc.txt"); code != 0 || out != "from the SDK" {
+		t.Errorf("in the runc sandbox: %q exit %d", out, code)
+	}
+	if got, err := v.ReadFile(ctx, "/from-runc.txt"); err != nil || string(got) != "from-runc\n" {
+		t.Errorf("the SDK reads the runc sandbox's file: %q, %v", got, err)
 	}
 }

@@ -347,6 +347,14 @@ func TestPlantedLinksStayInside(t *testing.T) {
 		t.Errorf("/etc/passwd: %v", err)
 	}
 
+	// A FIFO where a file is expected neither hangs a read nor is read.
+	if err := syscall.Mkfifo(filepath.Join(data, "fifo"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.Read("/fifo"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("read of a FIFO: %v, want invalid argument", err)
+	}
+
 	// Links within the volume are fine.
 	r, _, err := f.Read("/good")
 	if err != nil {
