@@ -78,6 +78,9 @@ func runCreate(ctx context.Context, g *globals, o *createOptions) error {
 		return fmt.Errorf("--timeout %v: must not be negative", o.timeout)
 	}
 	onTimeout := sdk.OnTimeout(o.onTimeout)
+	if onTimeout == "" {
+		onTimeout = sdk.OnTimeoutKill // callers that build options by hand
+	}
 	if onTimeout != sdk.OnTimeoutKill && onTimeout != sdk.OnTimeoutPause {
 		return fmt.Errorf("--on-timeout %q: want kill or pause", o.onTimeout)
 	}
