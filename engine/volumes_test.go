@@ -3,8 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -227,5 +229,54 @@ func TestMountVolumesAfterRestart(t *testing.T) {
 	}
 	if _, err := os.Stat(e.volumeDir("half")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the half-made volume's directory: %v", err)
+	}
+}
+
+// TestVolumeCreateRacesDelete creates sandboxes that mount a volume while
+// the volume is deleted: either the delete wins and the create fails, or
+// the create wins and the delete is refused; never a sandbox whose volume
+// is gone.
+func TestVolumeCreateRacesDelete(t *testing.T) {
+	e := newVolumeEngine(t, backendtest.NewFake())
+	ctx := context.Background()
+	for i := range 8 {
+		name := fmt.Sprintf("race%d", i)
+		v, err := e.CreateVolume(ctx, name, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			sb        *Sandbox
+			createErr error
+			deleteErr error
+			wg        sync.WaitGroup
+		)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			sb, createErr = e.Create(ctx, CreateOptions{VolumeMounts: []VolumeMount{{Name: name, Path: "/data"}}})
+		}()
+		go func() {
+			defer wg.Done()
+			deleteErr = e.DeleteVolume(ctx, v.ID)
+		}()
+		wg.Wait()
+		switch {
+		case createErr == nil && deleteErr == nil:
+			t.Fatalf("round %d: both the create (%s) and the delete of its volume succeeded", i, sb.ID)
+		case createErr != nil && deleteErr != nil:
+			// Both may lose (the create saw the mark of a delete that
+			// then saw its record); then the volume is still there.
+			if _, err := e.GetVolume(ctx, v.ID); err != nil {
+				t.Errorf("round %d: both failed (%v; %v) and the volume is gone: %v", i, createErr, deleteErr, err)
+			}
+		case createErr == nil:
+			if !errors.Is(deleteErr, errdefs.ErrFailedPrecondition) {
+				t.Errorf("round %d: the delete failed with %v, want a conflict", i, deleteErr)
+			}
+			if _, err := os.Stat(volume.DataDir(e.volumeDir(v.ID))); err != nil {
+				t.Errorf("round %d: the running sandbox's volume: %v", i, err)
+			}
+		}
 	}
 }
