@@ -53,6 +53,18 @@ type StatsReader interface {
 	Stats(ctx context.Context, id string) (*Stats, error)
 }
 
+// LogReader is a backend that keeps a sandbox's console: what its agent
+// logs (its own messages and its start command's output, a line each) and
+// anything else written to the sandbox's first process's output. Logs
+// opens it for reading from its start; the caller closes it. A reader that
+// is also an io.Seeker lets the caller read only the console's end. Logs
+// fails with errdefs.ErrNotFound for a sandbox the backend does not hold.
+// Without it, the engine answers requests for logs with
+// errdefs.ErrNotSupported.
+type LogReader interface {
+	Logs(ctx context.Context, id string) (io.ReadCloser, error)
+}
+
 // Waiter is a backend that can tell when a sandbox ends on its own: a crash,
 // an out-of-memory kill, its agent exiting. Wait blocks until sandbox id has
 // exited (returning nil) or ctx ends (returning ctx's error). Without it,

@@ -290,37 +290,6 @@ func TestMalformedRequests(t *testing.T) {
 	}
 }
 
-func TestMetrics(t *testing.T) {
-	e := newTestEnv(t)
-	sb := e.create(`{}`)
-	status, _, body := e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics", "")
-	if status != http.StatusOK {
-		t.Fatalf("metrics: %d %s", status, body)
-	}
-	var got []metricJSON
-	if err := json.Unmarshal(body, &got); err != nil {
-		t.Fatal(err)
-	}
-	want := []metricJSON{{
-		Timestamp: time.Unix(1700000000, 0).UTC(), TimestampUnix: 1700000000, CPUCount: 2, CPUUsedPct: 12.5,
-		MemUsed: 1 << 28, MemTotal: 1 << 30, DiskUsed: 5 << 20, DiskTotal: 10 << 20,
-	}}
-	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("metrics (-want +got):\n%s", d)
-	}
-	// A window that ended long ago holds nothing.
-	status, _, body = e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics?start=1&end=2", "")
-	if status != http.StatusOK || strings.TrimSpace(string(body)) != "[]" {
-		t.Errorf("metrics of an old window: %d %s", status, body)
-	}
-	// A dead agent is a clear error, not a hang.
-	e.backend.crash(sb.SandboxID)
-	status, _, body = e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics", "")
-	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "metrics") {
-		t.Errorf("metrics of a dead agent: %d %s", status, body)
-	}
-}
-
 func TestNetworkPolicy(t *testing.T) {
 	e := newTestEnv(t)
 	sb := e.create(`{"network":{"allowOut":["Example.COM","*.pypi.org","10.0.0.0/8"],"denyOut":["0.0.0.0/0"]}}`)

@@ -49,6 +49,10 @@ type Config struct {
 	// Templates, when set, builds templates through E2B's template API
 	// (the routes answer 501 without it).
 	Templates *template.Builder
+	// MetricsPeriod is how often each running sandbox's resource use is
+	// sampled for GET /sandboxes/{id}/metrics; zero means
+	// DefaultMetricsPeriod. The last hour of samples is kept.
+	MetricsPeriod time.Duration
 	// MCP, when set, serves /mcp (package mcp's Handler, which checks API
 	// keys itself).
 	MCP http.Handler
@@ -69,6 +73,12 @@ func (c *Config) Validate() error {
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = 5 * time.Second
+	}
+	switch {
+	case c.MetricsPeriod < 0:
+		return fmt.Errorf("server: MetricsPeriod %v is negative: %w", c.MetricsPeriod, errdefs.ErrInvalidArgument)
+	case c.MetricsPeriod == 0:
+		c.MetricsPeriod = DefaultMetricsPeriod
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -93,6 +103,8 @@ type Server struct {
 	proxy  *httputil.ReverseProxy
 	// metrics asks agents for /metrics on the control plane's behalf.
 	metrics *http.Client
+	// sampler keeps the running sandboxes' metrics over time.
+	sampler *sampler
 	// uploadKey signs the URLs of template file uploads.
 	uploadKey []byte
 }
@@ -112,12 +124,15 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = &http.Client{Transport: s.agents, Timeout: 10 * time.Second}
 	s.control = s.controlPlane()
 	s.handler = s.logged(http.HandlerFunc(s.route))
+	s.sampler = newSampler(s, cfg.MetricsPeriod)
+	s.sampler.start()
 	return s, nil
 }
 
-// Close releases the server's own resources. It does not close the Engine
-// or the key Store.
+// Close stops sampling metrics and releases the server's own resources.
+// It does not close the Engine or the key Store.
 func (s *Server) Close() error {
+	s.sampler.close()
 	s.agents.CloseIdleConnections()
 	return nil
 }

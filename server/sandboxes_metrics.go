@@ -1,0 +1,158 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/lightbearco/tupper/engine"
+	"github.com/lightbearco/tupper/engine/store"
+	"github.com/lightbearco/tupper/errdefs"
+)
+
+// sampleJSON is one sample of GET /sandboxes/{id}/metrics, E2B's
+// SandboxMetric.
+type sampleJSON struct {
+	metricJSON
+	MemCache uint64 `json:"memCache"`
+}
+
+// handleMetrics serves GET /sandboxes/{id}/metrics?start&end: the samples
+// of the sandbox's resource use taken within [start, end] (Unix seconds,
+// each optional), oldest first. When none is newer than the sampling
+// period and now lies in the window, a sample is taken first; a sandbox
+// whose sample fails with nothing to show answers 503.
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	start, end, err := metricsWindow(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.lookup(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	h := s.sampler.history(id)
+	var fresh error
+	if now := time.Now().Unix(); sb.State == store.StateRunning && (start == 0 || now >= start) && (end == 0 || now <= end) {
+		fresh = s.refreshSample(r.Context(), sb, h)
+	}
+	samples := h.window(start, end)
+	if len(samples) == 0 && fresh != nil {
+		s.writeError(w, r, fresh)
+		return
+	}
+	out := make([]sampleJSON, 0, len(samples))
+	for _, m := range samples {
+		out = append(out, sampleJSON{
+			metricJSON: metricJSON{
+				Timestamp: m.at, TimestampUnix: m.at.Unix(), CPUCount: m.cpuCount, CPUUsedPct: m.cpuUsedPct,
+				MemUsed: m.memUsed, MemTotal: m.memTotal, DiskUsed: m.diskUsed, DiskTotal: m.diskTotal,
+			},
+			MemCache: m.memCache,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// refreshSample adds a sample of sb to h unless h has one newer than the
+// sampling period.
+func (s *Server) refreshSample(ctx context.Context, sb *engine.Sandbox, h *metricsHistory) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if time.Since(h.newest()) < s.sampler.period {
+		return nil
+	}
+	m, err := s.takeSample(ctx, sb, h)
+	if err != nil {
+		return err
+	}
+	h.add(m)
+	return nil
+}
+
+// takeSample measures running sandbox sb now. The sizes it is allowed
+// (CPUs, memory, disk) are its record's, as getInfo reports them. CPU
+// and memory in use come from the backend's view from the host, where it
+// has one; the disk in use, which only the inside knows, from the agent.
+// CPU use is over the time since h's previous reading of the backend (the
+// agent's own measure for the first), as a share of the sandbox's CPUs.
+// h.mu must be held.
+func (s *Server) takeSample(ctx context.Context, sb *engine.Sandbox, h *metricsHistory) (metricSample, error) {
+	am, err := s.agentMetrics(ctx, sb)
+	if err != nil {
+		return metricSample{}, err
+	}
+	st, err := s.engine.Stats(ctx, sb.ID)
+	now := time.Now().UTC()
+	m := metricSample{
+		at:       now,
+		cpuCount: listedJSON(sb).CPUCount,
+		memTotal: uint64(sb.MemoryMB) << 20, diskTotal: uint64(sb.DiskMB) << 20,
+		memUsed: am.MemUsed, diskUsed: am.DiskUsed,
+	}
+	// The agent's share is of the CPUs it sees, which may be the host's.
+	m.cpuUsedPct = am.CPUUsedPct * float64(max(am.CPUCount, 1)) / float64(m.cpuCount)
+	switch {
+	case err == nil:
+		m.memUsed = st.MemoryUsageBytes
+		// A counter that went back belongs to a new boot (a resume).
+		if !h.cpuAt.IsZero() && st.CPUUsageNanos >= h.cpuNanos && now.After(h.cpuAt) {
+			used := float64(st.CPUUsageNanos - h.cpuNanos)
+			m.cpuUsedPct = 100 * used / (float64(now.Sub(h.cpuAt)) * float64(m.cpuCount))
+		}
+		h.cpuAt, h.cpuNanos = now, st.CPUUsageNanos
+	case !errors.Is(err, errdefs.ErrNotSupported):
+		s.log.Debug("backend stats; using the agent's", "sandbox", sb.ID, "err", err)
+	}
+	m.cpuUsedPct = math.Round(min(max(m.cpuUsedPct, 0), 100)*100) / 100
+	return m, nil
+}
+
+// agentMetrics asks sb's agent for its GET /metrics.
+func (s *Server) agentMetrics(ctx context.Context, sb *engine.Sandbox) (*agentMetrics, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+engine.SandboxAddr(sb.ID, agentPort)+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(headerAccessToken, sb.AccessToken)
+	resp, err := s.metrics.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: read metrics from its agent: %v: %w", sb.ID, err, errdefs.ErrUnavailable)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("sandbox %s: its agent answered /metrics with %s: %s: %w", sb.ID, resp.Status, msg, errdefs.ErrUnavailable)
+	}
+	var m agentMetrics
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&m); err != nil {
+		return nil, fmt.Errorf("sandbox %s: its agent's metrics do not parse: %v: %w", sb.ID, err, errdefs.ErrUnavailable)
+	}
+	return &m, nil
+}
+
+// metricsWindow reads the optional start and end (Unix seconds) of a
+// metrics query.
+func metricsWindow(r *http.Request) (start, end int64, err error) {
+	q := r.URL.Query()
+	for _, f := range []struct {
+		name string
+		dst  *int64
+	}{{"start", &start}, {"end", &end}} {
+		if s := q.Get(f.name); s != "" {
+			if *f.dst, err = strconv.ParseInt(s, 10, 64); err != nil {
+				return 0, 0, fmt.Errorf("%s %q is not a Unix time in seconds: %w", f.name, s, errdefs.ErrInvalidArgument)
+			}
+		}
+	}
+	return start, end, nil
+}
