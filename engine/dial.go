@@ -84,7 +84,7 @@ func (e *Engine) Dial(ctx context.Context, id string, port int) (net.Conn, error
 		}
 		// The request that reaches a paused sandbox wakes it (E2B's
 		// autoResume); a pause under way is waited for first.
-		sb, err := e.resume(ctx, id, 0)
+		sb, err := e.resume(ctx, id, 0, false)
 		if err != nil {
 			return nil, err
 		}

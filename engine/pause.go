@@ -56,9 +56,9 @@ func checkpointer(be backend.Backend, name, what string) (backend.Checkpointer, 
 
 // Pause saves sandbox id to disk and frees what it held; Connect (or
 // Resume) brings it back with its processes, memory and files as they
-// were. keepMemory false asks for its files alone (E2B's filesystem-only
-// pause); Tupper keeps its memory all the same, since a checkpoint holds
-// both. Pausing a paused sandbox fails with errdefs.ErrFailedPrecondition.
+// were. keepMemory false saves its files alone (E2B's filesystem-only
+// pause): the resume boots it anew on them, as a reboot would. Pausing a
+// paused sandbox fails with errdefs.ErrFailedPrecondition.
 func (e *Engine) Pause(ctx context.Context, id string, keepMemory bool) error {
 	if err := e.checkScope(ctx, id); err != nil {
 		return err
@@ -83,6 +83,9 @@ func (e *Engine) pause(ctx context.Context, id string, keepMemory bool) error {
 		return fmt.Errorf("sandbox %q is %s, not running: %w", id, l.rec.State, errdefs.ErrFailedPrecondition)
 	}
 	cp, err := checkpointer(l.be, l.beName, "pause")
+	if err == nil && !keepMemory {
+		_, err = e.filesSaver(l)
+	}
 	if err != nil {
 		e.mu.Unlock()
 		return err
@@ -109,7 +112,11 @@ func (e *Engine) pause(ctx context.Context, id string, keepMemory bool) error {
 	// sandbox is worse than a slow answer.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
 	defer cancel()
-	if err := cp.Checkpoint(cctx, id, dir, false); err != nil {
+	save := func() error { return cp.Checkpoint(cctx, id, dir, false) }
+	if !keepMemory {
+		save = func() error { return e.saveFiles(cctx, l, id, dir) }
+	}
+	if err := save(); err != nil {
 		resetSuspending()
 		if st, serr := l.be.State(cctx, id); serr != nil || st != backend.StateRunning {
 			// The backend could not leave it running: it is gone.
@@ -120,7 +127,7 @@ func (e *Engine) pause(ctx context.Context, id string, keepMemory bool) error {
 		return fmt.Errorf("sandbox %q: pause: %w", id, e.explainDiskFull(err))
 	}
 	_, err = e.updateRecord(cctx, id, func(sb *Sandbox) error {
-		sb.State, sb.PausedAt, sb.MemoryKept = store.StatePaused, time.Now().UTC(), true
+		sb.State, sb.PausedAt, sb.MemoryKept = store.StatePaused, time.Now().UTC(), keepMemory
 		sb.AgentAddr, sb.Pid = "", 0
 		return nil
 	}, func(l *liveSandbox) {
@@ -142,16 +149,23 @@ func (e *Engine) pause(ctx context.Context, id string, keepMemory bool) error {
 // positive, is its time to live from now (else the one it was created
 // with). A sandbox that runs already is returned as it is.
 func (e *Engine) Resume(ctx context.Context, id string, timeout time.Duration) (*Sandbox, error) {
+	return e.ResumeWith(ctx, id, timeout, false)
+}
+
+// ResumeWith is Resume; with reboot the sandbox boots anew on its files,
+// its processes and memory dropped (E2B's connect with onResume
+// "reboot"), whatever its pause kept.
+func (e *Engine) ResumeWith(ctx context.Context, id string, timeout time.Duration, reboot bool) (*Sandbox, error) {
 	if err := e.checkScope(ctx, id); err != nil {
 		return nil, err
 	}
 	if timeout < 0 || timeout > e.cfg.MaxTimeout {
 		return nil, fmt.Errorf("sandbox %q: timeout %v must be at most %v: %w", id, timeout, e.cfg.MaxTimeout, errdefs.ErrInvalidArgument)
 	}
-	return e.resume(ctx, id, timeout)
+	return e.resume(ctx, id, timeout, reboot)
 }
 
-func (e *Engine) resume(ctx context.Context, id string, timeout time.Duration) (*Sandbox, error) {
+func (e *Engine) resume(ctx context.Context, id string, timeout time.Duration, reboot bool) (*Sandbox, error) {
 	l, err := e.liveOf(id)
 	if err != nil {
 		return nil, err
@@ -178,7 +192,12 @@ func (e *Engine) resume(ctx context.Context, id string, timeout time.Duration) (
 	}
 	defer done()
 	begin := time.Now()
-	started, err := e.restore(ctx, l.be, cp, rec, e.checkpointDir(id), rec.AccessToken)
+	var started *backend.Sandbox
+	if rec.MemoryKept && !reboot {
+		started, err = e.restore(ctx, l.be, cp, rec, e.checkpointDir(id), rec.AccessToken)
+	} else {
+		started, err = e.reboot(ctx, l, rec)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: resume: %w", id, err)
 	}
@@ -186,7 +205,7 @@ func (e *Engine) resume(ctx context.Context, id string, timeout time.Duration) (
 		timeout = cmp.Or(rec.Timeout, e.cfg.DefaultTimeout)
 	}
 	sb, err := e.updateRecord(context.WithoutCancel(ctx), id, func(sb *Sandbox) error {
-		sb.State, sb.AgentAddr, sb.Pid = store.StateRunning, started.AgentAddr, started.Pid
+		sb.State, sb.AgentAddr, sb.Pid, sb.ImageID = store.StateRunning, started.AgentAddr, started.Pid, rec.ImageID
 		sb.EndAt = time.Now().UTC().Add(timeout)
 		return nil
 	}, func(l *liveSandbox) {

@@ -284,3 +284,64 @@ func TestSnapshotsKeepToTheirKey(t *testing.T) {
 		t.Errorf("a team-wide key lists %d snapshots (%v), want the team's", len(list), err)
 	}
 }
+
+// TestPauseOfFilesAloneReboots checks E2B's filesystem-only pause
+// (keepMemory false): the resume boots the sandbox anew, same id and
+// token, with its files and none of its processes; and that a resume that
+// asks for a reboot does the same to a sandbox paused with its memory.
+func TestPauseOfFilesAloneReboots(t *testing.T) {
+	s := newStack(t, engine.Config{})
+	ctx := context.Background()
+	eng := s.rt.Engine()
+	sb := s.create(t, sdk.CreateOptions{Timeout: 5 * time.Minute})
+	check := func(label string, again *sdk.Sandbox) {
+		t.Helper()
+		if res := run(t, again, "cat /tmp/kept ~/kept"); res.Stdout != "in-tmp\nin-home\n" {
+			t.Errorf("%s: files %q", label, res.Stdout)
+		}
+		if res, err := again.Commands.Run(ctx, "pgrep -f sleep-marker"); err == nil && res.ExitCode == 0 {
+			t.Errorf("%s: the process of before the pause still runs: %q", label, res.Stdout)
+		}
+	}
+	run(t, sb, "echo in-tmp > /tmp/kept; echo in-home > ~/kept")
+	run(t, sb, "rm /etc/motd", sdk.WithUser("root"))
+	if _, err := sb.Commands.Start(ctx, "exec -a sleep-marker sleep 3600", sdk.WithTimeout(0)); err != nil {
+		t.Fatal(err)
+	}
+	token := sb.Info().EnvdAccessToken
+
+	if err := eng.Pause(ctx, sb.ID(), false); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := eng.Get(ctx, sb.ID())
+	if err != nil || rec.State != store.StatePaused || rec.MemoryKept {
+		t.Fatalf("after a pause of files alone: %+v, %v", rec, err)
+	}
+	again, err := s.client.Connect(ctx, sb.ID())
+	if err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if again.Info().EnvdAccessToken != token {
+		t.Error("the reboot changed the sandbox's access token")
+	}
+	check("after a pause of files alone", again)
+	if res := run(t, again, "test -e /etc/motd && echo there || echo gone"); res.Stdout != "gone\n" {
+		t.Errorf("a deletion did not survive the reboot: %q", res.Stdout)
+	}
+
+	// Paused with its memory, resumed with a reboot.
+	if _, err := again.Commands.Start(ctx, "exec -a sleep-marker sleep 3600", sdk.WithTimeout(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Pause(ctx, sb.ID(), true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.ResumeWith(ctx, sb.ID(), 0, true); err != nil {
+		t.Fatalf("resume with a reboot: %v", err)
+	}
+	third, err := s.client.Connect(ctx, sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("after a reboot of a pause with memory", third)
+}

@@ -52,8 +52,8 @@ type createBody struct {
 // connectBody is the body of POST /sandboxes/{id}/connect and of resume.
 type connectBody struct {
 	Timeout *float64 `json:"timeout"`
-	// Memory false asks for a reboot rather than a restore; with no
-	// paused sandboxes it changes nothing.
+	// Memory false asks a paused sandbox for a reboot on its files
+	// rather than a restore; it changes nothing for a running one.
 	Memory *bool `json:"memory"`
 }
 
@@ -210,12 +210,15 @@ func decodeAutoResume(raw json.RawMessage) (bool, error) {
 }
 
 // decodeConnect parses a connect or resume body; an empty one is fine.
-func decodeConnect(data []byte) (time.Duration, error) {
+// reboot is its "memory": false, which asks a paused sandbox to boot anew
+// on its files rather than be restored.
+func decodeConnect(data []byte) (timeout time.Duration, reboot bool, err error) {
 	var b connectBody
 	if err := decodeJSON(data, &b); err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	return seconds("timeout", b.Timeout)
+	timeout, err = seconds("timeout", b.Timeout)
+	return timeout, b.Memory != nil && !*b.Memory, err
 }
 
 // decodeTimeout parses a set-timeout body, which must name a positive

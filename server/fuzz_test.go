@@ -71,7 +71,7 @@ func FuzzDecodeConnectAndTimeout(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := decodeConnect(data)
+		c, _, err := decodeConnect(data)
 		if err != nil {
 			checkDecodeError(t, err)
 		} else if c < 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/engine/store"
 	"github.com/lightbearco/tupper/errdefs"
 )
@@ -29,7 +30,7 @@ func (s *Server) resumeOrConnect(w http.ResponseWriter, r *http.Request, pausedO
 		s.writeError(w, r, err)
 		return
 	}
-	timeout, err := decodeConnect(data)
+	timeout, reboot, err := decodeConnect(data)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -44,7 +45,12 @@ func (s *Server) resumeOrConnect(w http.ResponseWriter, r *http.Request, pausedO
 		s.writeError(w, r, fmt.Errorf("sandbox %s is %s, not paused: %w", id, before.State, errdefs.ErrFailedPrecondition))
 		return
 	}
-	sb, err := s.engine.Connect(r.Context(), id, timeout)
+	var sb *engine.Sandbox
+	if wasPaused {
+		sb, err = s.engine.ResumeWith(r.Context(), id, timeout, reboot)
+	} else {
+		sb, err = s.engine.Connect(r.Context(), id, timeout)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

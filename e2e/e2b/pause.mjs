@@ -172,6 +172,22 @@ if (PHASE === 'before') {
     assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
     await assert.rejects(Sandbox.create(snap.snapshotId))
   })
+  await step('a pause without memory keeps the files and boots anew', async () => {
+    const s = await Sandbox.create({ timeoutMs: 120_000 })
+    created.push(s)
+    await prepare(s, 'files-only', 8081)
+    assert.equal(await s.pause({ keepMemory: false }), true)
+    const again = await Sandbox.connect(s.sandboxId)
+    assert.equal(await again.files.read('/tmp/kept.txt'), 'in tmp')
+    assert.equal(await again.files.read('/home/user/kept.txt'), 'in home')
+    assert.notEqual((await portFetch(s.sandboxId, 8081)).body, 'files-only', 'the server of before the pause still answers')
+    // Paused with its memory, a connect with onResume 'reboot' boots it anew too.
+    await again.commands.run('sleep 3600', { background: true })
+    await again.pause()
+    const rebooted = await Sandbox.connect(s.sandboxId, { onResume: 'reboot' })
+    assert.equal(await rebooted.files.read('/tmp/kept.txt'), 'in tmp')
+    assert.equal((await rebooted.commands.run('pgrep -x sleep || echo none')).stdout, 'none\n')
+  })
   await step('kill everything', async () => {
     await Promise.all(created.map((s) => s.kill()))
   })
