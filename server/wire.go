@@ -71,6 +71,15 @@ type volumeMount struct {
 	Path string `json:"path"`
 }
 
+// mountsOf is the volumes mounted into sb, as listings report them.
+func mountsOf(sb *engine.Sandbox) []volumeMount {
+	out := make([]volumeMount, 0, len(sb.VolumeMounts))
+	for _, m := range sb.VolumeMounts {
+		out = append(out, volumeMount{Name: m.Name, Path: m.Path})
+	}
+	return out
+}
+
 // metricJSON is one sample of GET /sandboxes/{id}/metrics.
 type metricJSON struct {
 	Timestamp     time.Time `json:"timestamp"`
@@ -121,7 +130,7 @@ func listedJSON(sb *engine.Sandbox) listedSandboxJSON {
 		TemplateID: sb.TemplateID, Alias: sb.TemplateID, SandboxID: sb.ID, ClientID: clientID,
 		StartedAt: sb.StartedAt.UTC(), EndAt: sb.EndAt.UTC(),
 		CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB,
-		Metadata: md, State: sb.State, EnvdVersion: proto.EnvdVersion, VolumeMounts: []volumeMount{},
+		Metadata: md, State: sb.State, EnvdVersion: proto.EnvdVersion, VolumeMounts: mountsOf(sb),
 		Backend: sb.Backend,
 	}
 }
