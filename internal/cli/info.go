@@ -44,13 +44,17 @@ func runInfo(ctx context.Context, g *globals, o *infoOptions) error {
 		return printJSON(g.stdout, toJSON(info))
 	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	ends := fmt.Sprintf("%s (in %s)", info.EndAt.Local().Format(time.RFC3339), until(time.Now(), info.EndAt))
+	if info.State == "paused" {
+		ends = "- (paused: it waits to be resumed or killed)"
+	}
 	rows := [][2]string{
 		{"Sandbox ID", info.SandboxID},
 		{"Template", info.TemplateID},
 		{"Backend", orDash(info.Backend)},
 		{"State", info.State},
 		{"Started", info.StartedAt.Local().Format(time.RFC3339)},
-		{"Ends", fmt.Sprintf("%s (in %s)", info.EndAt.Local().Format(time.RFC3339), until(time.Now(), info.EndAt))},
+		{"Ends", ends},
 		{"CPUs", fmt.Sprint(info.CPUCount)},
 		{"Memory", fmt.Sprintf("%d MB", info.MemoryMB)},
 		{"Disk", fmt.Sprintf("%d MB", info.DiskSizeMB)},
