@@ -184,9 +184,9 @@ func TestMetricsOverTime(t *testing.T) {
 }
 
 // TestMetricsCPUShare checks CPU use: the backend's CPU time between two
-// samples as a share of the sandbox's CPUs, or, before the first reading
-// or without a backend that measures, the agent's share of the CPUs it
-// sees (the fake agent's 12.5% of 2) as a share of the sandbox's.
+// readings as a share of the sandbox's CPUs, or, without a backend that
+// measures, the agent's share of the CPUs it sees (the fake agent's 12.5%
+// of 2) as a share of the sandbox's.
 func TestMetricsCPUShare(t *testing.T) {
 	e := withMetricsPeriod(t, newTestEnv(t), time.Hour)
 	ctx := context.Background()
@@ -212,14 +212,22 @@ func TestMetricsCPUShare(t *testing.T) {
 	if m.cpuUsedPct < 49.5 || m.cpuUsedPct > 50 {
 		t.Errorf("one CPU of two busy: %v%%, want 50%%", m.cpuUsedPct)
 	}
-	// A counter that went back (a resume) measures nothing; the next
-	// sample measures from it.
+	// A counter that went back (a resume) is measured afresh, over a
+	// moment: an idle sandbox, whatever the agent says.
 	h.cpuNanos = 20e9
 	if m, err = e.server.takeSample(ctx, rec, h); err != nil {
 		t.Fatal(err)
 	}
-	if m.cpuUsedPct != 12.5 || h.cpuNanos != 11e9 {
-		t.Errorf("after the counter went back: %v%%, reading %d; want the agent's 12.5%% and 11e9", m.cpuUsedPct, h.cpuNanos)
+	if m.cpuUsedPct != 0 || h.cpuNanos != 11e9 {
+		t.Errorf("after the counter went back: %v%%, reading %d; want 0%% and 11e9", m.cpuUsedPct, h.cpuNanos)
+	}
+	// So is a first sample.
+	fresh := &metricsHistory{size: 10}
+	if m, err = e.server.takeSample(ctx, rec, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if m.cpuUsedPct != 0 || fresh.cpuNanos != 11e9 {
+		t.Errorf("a first sample of an idle sandbox: %v%%, reading %d; want 0%% and 11e9", m.cpuUsedPct, fresh.cpuNanos)
 	}
 }
 

@@ -79,19 +79,37 @@ func (s *Server) refreshSample(ctx context.Context, sb *engine.Sandbox, h *metri
 	return nil
 }
 
+// firstCPUWindow is the shortest time CPU use is measured over, between
+// the two readings of a sample that has no earlier reading to go from.
+const firstCPUWindow = 100 * time.Millisecond
+
 // takeSample measures running sandbox sb now. The sizes it is allowed
 // (CPUs, memory, disk) are its record's, as getInfo reports them. CPU
 // and memory in use come from the backend's view from the host, where it
 // has one; the disk in use, which only the inside knows, from the agent.
-// CPU use is over the time since h's previous reading of the backend (the
-// agent's own measure for the first), as a share of the sandbox's CPUs.
-// h.mu must be held.
+// CPU use is the backend's CPU time since h's previous reading of it (or,
+// for the first, since a reading firstCPUWindow before), as a share of the
+// sandbox's CPUs; without backend stats, the agent's measure scaled to
+// those CPUs (inside runc, the agent's view is the host's). h.mu must be
+// held.
 func (s *Server) takeSample(ctx context.Context, sb *engine.Sandbox, h *metricsHistory) (metricSample, error) {
 	am, err := s.agentMetrics(ctx, sb)
 	if err != nil {
 		return metricSample{}, err
 	}
 	st, err := s.engine.Stats(ctx, sb.ID)
+	if err == nil && (h.cpuAt.IsZero() || st.CPUUsageNanos < h.cpuNanos) {
+		// Nothing to measure from (a first sample, or a counter that went
+		// back: a new boot, as a resume is): a second reading a moment
+		// later is.
+		h.cpuAt, h.cpuNanos = time.Now().UTC(), st.CPUUsageNanos
+		select {
+		case <-ctx.Done():
+			return metricSample{}, ctx.Err()
+		case <-time.After(firstCPUWindow):
+		}
+		st, err = s.engine.Stats(ctx, sb.ID)
+	}
 	now := time.Now().UTC()
 	m := metricSample{
 		at:       now,
@@ -104,8 +122,8 @@ func (s *Server) takeSample(ctx context.Context, sb *engine.Sandbox, h *metricsH
 	switch {
 	case err == nil:
 		m.memUsed = st.MemoryUsageBytes
-		// A counter that went back belongs to a new boot (a resume).
-		if !h.cpuAt.IsZero() && st.CPUUsageNanos >= h.cpuNanos && now.After(h.cpuAt) {
+		m.cpuUsedPct = 0
+		if st.CPUUsageNanos >= h.cpuNanos && now.After(h.cpuAt) {
 			used := float64(st.CPUUsageNanos - h.cpuNanos)
 			m.cpuUsedPct = 100 * used / (float64(now.Sub(h.cpuAt)) * float64(m.cpuCount))
 		}
