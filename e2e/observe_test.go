@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"maps"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/sdk"
@@ -140,6 +142,35 @@ func TestObserve(t *testing.T) {
 		last, err := sb.Logs(ctx, sdk.LogsBackward(), sdk.LogsLimit(1))
 		if err != nil || len(last) != 1 {
 			t.Fatalf("the last entry: %+v, %v", last, err)
+		}
+	})
+
+	t.Run("paused", func(t *testing.T) {
+		before, err := sb.Metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		paused := time.Now()
+		// A sampling period and more: a running sandbox would have a
+		// new sample by now.
+		time.Sleep(6 * time.Second)
+		after, err := sb.Metrics(ctx)
+		if err != nil {
+			t.Fatalf("metrics of a paused sandbox: %v", err)
+		}
+		if len(after) < len(before) {
+			t.Errorf("%d samples once paused, %d before", len(after), len(before))
+		}
+		for _, m := range after {
+			if m.Timestamp.After(paused) {
+				t.Errorf("a sample at %v, after the pause at %v", m.Timestamp, paused)
+			}
+		}
+		if _, err := sb.Logs(ctx); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			t.Errorf("logs of a paused sandbox: %v, want a failed precondition", err)
 		}
 	})
 

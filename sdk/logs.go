@@ -2,11 +2,14 @@ package sdk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/lightbearco/tupper/errdefs"
 )
@@ -104,7 +107,8 @@ type logEntryJSON struct {
 	Fields    map[string]string `json:"fields"`
 }
 
-// SandboxLogs implements LogTransport: GET /v2/sandboxes/{id}/logs.
+// SandboxLogs implements LogTransport: GET /v2/sandboxes/{id}/logs. A
+// paused sandbox's logs fail with errdefs.ErrFailedPrecondition.
 func (t *HTTPTransport) SandboxLogs(ctx context.Context, id string, q LogQuery) ([]LogEntry, error) {
 	v := url.Values{}
 	if !q.Cursor.IsZero() {
@@ -126,6 +130,11 @@ func (t *HTTPTransport) SandboxLogs(ctx context.Context, id string, q LogQuery) 
 		Logs []logEntryJSON `json:"logs"`
 	}
 	if _, err := t.call(ctx, http.MethodGet, "/v2"+sandboxPath(id, "/logs"), v, nil, &out); err != nil {
+		// The route's 409 means the sandbox is not running (paused),
+		// where the status's usual class would say "exists".
+		if e := (*Error)(nil); errors.As(err, &e) && e.Status == http.StatusConflict {
+			e.Code, e.class = connect.CodeFailedPrecondition.String(), errdefs.ErrFailedPrecondition
+		}
 		return nil, err
 	}
 	list := make([]LogEntry, 0, len(out.Logs))

@@ -2,6 +2,7 @@ package sdk_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"testing"
@@ -29,6 +30,8 @@ func TestObserveWire(t *testing.T) {
 			writeJSON(w, http.StatusOK, map[string]any{"logs": []map[string]any{
 				{"timestamp": at, "level": "warn", "message": "oom: killed a process", "fields": map[string]string{"pid": "42"}},
 			}})
+		case "GET /v2/sandboxes/paused/logs":
+			writeJSON(w, http.StatusConflict, map[string]any{"code": 409, "message": "sandbox paused is paused: its logs are back once it runs"})
 		default:
 			writeJSON(w, http.StatusNotFound, map[string]any{"code": 404, "message": "sandbox not found"})
 		}
@@ -62,6 +65,9 @@ func TestObserveWire(t *testing.T) {
 	if _, err := c.Logs(ctx, "gone"); !errdefs.IsNotFound(err) {
 		t.Errorf("logs of an unknown sandbox: %v, want not found", err)
 	}
+	if _, err := c.Logs(ctx, "paused"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("logs of a paused sandbox: %v, want a failed precondition", err)
+	}
 
 	var queries []string
 	for _, r := range f.requests() {
@@ -73,6 +79,7 @@ func TestObserveWire(t *testing.T) {
 		"GET /v2/sandboxes/sb1/logs?" + url.Values{"cursor": {"1772600767000"}, "direction": {"backward"}, "limit": {"5"}, "level": {"warn"}, "search": {"oom"}}.Encode(),
 		"GET /v2/sandboxes/sb1/logs?",
 		"GET /v2/sandboxes/gone/logs?",
+		"GET /v2/sandboxes/paused/logs?",
 	}
 	if d := cmp.Diff(wantQueries, queries); d != "" {
 		t.Errorf("requests (-want +got):\n%s", d)

@@ -25,6 +25,9 @@ type fakeLogAPI struct {
 	entries []map[string]any
 	next    [][]map[string]any
 	queries []string
+	// paused is how many reads after the first answer 409, as for a
+	// paused sandbox.
+	paused int
 }
 
 func (f *fakeLogAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -34,6 +37,12 @@ func (f *fakeLogAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/v2/sandboxes/sb1/logs" || f.entries == nil {
 		w.WriteHeader(http.StatusNotFound)
 		fmt.Fprint(w, `{"code":404,"message":"sandbox \"sb1\": not found"}`)
+		return
+	}
+	if len(f.queries) > 0 && f.paused > 0 {
+		f.paused--
+		w.WriteHeader(http.StatusConflict)
+		fmt.Fprint(w, `{"code":409,"message":"sandbox \"sb1\" is paused: its logs are back once it runs"}`)
 		return
 	}
 	q := r.URL.Query()
@@ -84,6 +93,7 @@ func TestLogsCommand(t *testing.T) {
 	tests := []struct {
 		name    string
 		opts    logsOptions
+		paused  int
 		want    []string
 		queries []string
 	}{
@@ -101,7 +111,7 @@ func TestLogsCommand(t *testing.T) {
 			queries: []string{"direction=backward&level=warn&limit=1"},
 		},
 		{
-			name: "follow", opts: logsOptions{follow: true, poll: time.Millisecond},
+			name: "follow", opts: logsOptions{follow: true, poll: time.Millisecond}, paused: 2,
 			want: []string{
 				line(0, "INFO  agent serving addr=[::]:49983 pid=1"),
 				line(500, `WARN  start-cmd: it said so note="a b" stream=stderr`),
@@ -113,7 +123,7 @@ func TestLogsCommand(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &fakeLogAPI{entries: slices.Clone(first), next: [][]map[string]any{later}}
+			f := &fakeLogAPI{entries: slices.Clone(first), next: [][]map[string]any{later}, paused: tt.paused}
 			srv := httptest.NewServer(f)
 			defer srv.Close()
 			var stdout bytes.Buffer
