@@ -209,9 +209,10 @@ func TestFailure(t *testing.T) {
 		wantExit *int32
 	}{
 		{
-			name:     "start command exits and the check fails",
-			cfg:      Config{Cmd: "echo preparing; echo 'fatal: no config file' >&2; exit 3", Ready: "echo not up >&2; exit 7"},
-			want:     []string{`"echo preparing;`, "exit status 3", "exit status 7", `"not up"`, `preparing\nfatal: no config file"`},
+			name: "start command exits and the check fails",
+			cfg:  Config{Cmd: "echo preparing; echo 'fatal: no config file' >&2; exit 3", Ready: "echo not up >&2; exit 7"},
+			// stdout and stderr reach the tail through two pipes: in either order.
+			want:     []string{`"echo preparing;`, "exit status 3", "exit status 7", `"not up"`, "preparing", "fatal: no config file"},
 			wantExit: ptr(int32(3)),
 		},
 		{
