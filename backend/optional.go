@@ -40,6 +40,11 @@ type Checkpointer interface {
 	Restore(ctx context.Context, spec *Spec, dir string) (*Sandbox, error)
 }
 
+// CheckpointLog is the file of a checkpoint's directory that keeps the
+// sandbox's log (what a LogReader reads), when its backend keeps one
+// there: a paused sandbox's logs are read from it.
+const CheckpointLog = "console.log"
+
 // Stats is a sandbox's resource use at one moment.
 type Stats struct {
 	CPUUsageNanos    uint64

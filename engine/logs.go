@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -99,16 +101,25 @@ func (e *Engine) Logs(ctx context.Context, id string, q LogQuery) ([]LogEntry, e
 	e.mu.Lock()
 	rec := l.rec
 	e.mu.Unlock()
-	if rec.State != store.StateRunning {
+	var rc io.ReadCloser
+	switch {
+	case rec.State == store.StatePaused:
+		// Its log went into its checkpoint (a pause of files alone keeps
+		// none).
+		rc, err = os.Open(filepath.Join(e.checkpointDir(id), backend.CheckpointLog))
+		if err != nil {
+			return nil, fmt.Errorf("sandbox %q is paused, and its pause kept no log: its logs are back once it runs: %w", id, errdefs.ErrFailedPrecondition)
+		}
+	case rec.State != store.StateRunning:
 		return nil, fmt.Errorf("sandbox %q is %s: its logs are back once it runs: %w", id, rec.State, errdefs.ErrFailedPrecondition)
-	}
-	lr, ok := l.be.(backend.LogReader)
-	if !ok {
-		return nil, fmt.Errorf("sandbox %q: the %s backend keeps no logs: %w", id, l.beName, errdefs.ErrNotSupported)
-	}
-	rc, err := lr.Logs(ctx, id)
-	if err != nil {
-		return nil, err
+	default:
+		lr, ok := l.be.(backend.LogReader)
+		if !ok {
+			return nil, fmt.Errorf("sandbox %q: the %s backend keeps no logs: %w", id, l.beName, errdefs.ErrNotSupported)
+		}
+		if rc, err = lr.Logs(ctx, id); err != nil {
+			return nil, err
+		}
 	}
 	defer rc.Close()
 	tail, err := readTail(rc, MaxLogBytes)

@@ -181,7 +181,7 @@ func (bt *Boot) Restore(spec any, cmd *gorunc.Runc, image string, after func() e
 // CheckpointConsole is the file of a checkpoint directory that keeps the
 // checkpointed sandbox's console (its agent's log), which a restore
 // continues.
-const CheckpointConsole = "console.log"
+const CheckpointConsole = backend.CheckpointLog
 
 // launch writes spec as the bundle's OCI spec and runs boot, which brings
 // the sandbox up with its output on console and its runtime's pid in
