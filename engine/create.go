@@ -200,6 +200,9 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	if alias, ok := image.TemplateAliases[ref]; ok && opts.Image == "" && errdefs.IsNotFound(err) {
 		img, err = e.cfg.Images.Resolve(ctx, alias)
 	}
+	if err == nil {
+		err = checkImageTeam(ctx, ref, img)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create: %w", err)
 	}

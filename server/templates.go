@@ -131,11 +131,12 @@ func (s *Server) handleUploadLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, hash := r.PathValue("id"), strings.ToLower(r.PathValue("hash"))
-	if _, err := b.Get(teamOf(r), id); err != nil {
+	t, err := b.Get(teamOf(r), id)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	_, present, err := b.UploadPath(hash)
+	_, present, err := b.UploadPath(t.Team, hash)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -194,7 +195,13 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusForbidden, "upload URL has expired: ask for a new one")
 		return
 	}
-	if err := b.PutUpload(hash, r.Body); err != nil {
+	// The files are the team's whose template the URL was made for.
+	t, err := b.Get("", id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := b.PutUpload(t.Team, hash, r.Body); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

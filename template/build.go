@@ -16,6 +16,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/netpolicy"
@@ -52,8 +53,8 @@ const maxSteps = 256
 // here it is the base template.
 const e2bBaseImage = "e2bdev/base"
 
-// validate checks s before a build starts on it.
-func (s *Spec) validate(b *Builder) error {
+// validate checks s before a build starts on it for team.
+func (s *Spec) validate(b *Builder, team string) error {
 	if len(s.Steps) > maxSteps {
 		return fmt.Errorf("template has %d steps, at most %d: %w", len(s.Steps), maxSteps, errdefs.ErrInvalidArgument)
 	}
@@ -69,7 +70,7 @@ func (s *Spec) validate(b *Builder) error {
 		case "COPY":
 			bad = n < 2 || n > 4
 			if !bad {
-				if _, ok, err := b.UploadPath(st.FilesHash); err != nil || !ok {
+				if _, ok, err := b.UploadPath(team, st.FilesHash); err != nil || !ok {
 					return fmt.Errorf("step %d (COPY %s): its files (hash %.12s) were not uploaded: %w", i+1, st.Args[0], st.FilesHash, errdefs.ErrFailedPrecondition)
 				}
 			}
@@ -90,7 +91,7 @@ func (s *Spec) validate(b *Builder) error {
 // StartBuild starts build buildID of template templateID on spec, in the
 // background; Status follows it. A build starts once.
 func (b *Builder) StartBuild(ctx context.Context, team, templateID, buildID string, spec Spec) error {
-	if err := spec.validate(b); err != nil {
+	if err := spec.validate(b, team); err != nil {
 		return err
 	}
 	var tpl *Template
@@ -147,7 +148,7 @@ func (b *Builder) run(t *Template, buildID string, spec Spec) {
 		return
 	}
 	defer func() { <-b.building }()
-	ctx, cancel := context.WithTimeout(b.bg, b.cfg.BuildTimeout)
+	ctx, cancel := context.WithTimeout(buildScope(b.bg, t), b.cfg.BuildTimeout)
 	defer cancel()
 	begin := time.Now()
 	logf("info", "Building template %s (%s), build %s", t.Names[0], t.ID, buildID)
@@ -174,6 +175,17 @@ func (b *Builder) run(t *Template, buildID string, spec Spec) {
 		bd.Status, bd.FinishedAt, bd.Image, bd.CachedSteps = StatusReady, time.Now().UTC(), img.ID, cached
 	})
 	b.log.Info("template built", "template", t.ID, "build", buildID, "image", img.ID, "cached", cached, "took", time.Since(begin))
+}
+
+// buildScope is ctx scoped to template t's team: the sandboxes that run
+// its build are that team's (another team neither sees nor reaches them,
+// as with any sandbox of the team), and so are the images they start
+// from. Without a team (an embedded builder), ctx is left as it is.
+func buildScope(ctx context.Context, t *Template) context.Context {
+	if t.Team == "" {
+		return ctx
+	}
+	return engine.WithScope(ctx, engine.Scope{Team: t.Team})
 }
 
 // publish names the image of build buildID by the template's id, its
@@ -214,11 +226,11 @@ func (b *Builder) publish(ctx context.Context, t *Template, buildID string, img 
 // unchanged prefix, and returns the final image and how many steps came
 // from the cache.
 func (b *Builder) build(ctx context.Context, t *Template, buildID string, spec Spec, logf func(level, format string, args ...any)) (*image.Image, int, error) {
-	base, err := b.baseImage(ctx, spec, logf)
+	base, err := b.baseImage(ctx, t.Team, spec, logf)
 	if err != nil {
 		return nil, 0, atStep("base", err)
 	}
-	keys := stepKeys(base.ID, spec.Steps)
+	keys := stepKeys(t.Team, base.ID, spec.Steps)
 	start, cur := 0, base
 	if !spec.Force {
 		for i := len(spec.Steps); i > 0; i-- {
@@ -245,9 +257,9 @@ func (b *Builder) build(ctx context.Context, t *Template, buildID string, spec S
 	return final, start, err
 }
 
-// baseImage resolves the build's base: a template, or an image of the
-// store (pulled when missing).
-func (b *Builder) baseImage(ctx context.Context, spec Spec, logf func(level, format string, args ...any)) (*image.Image, error) {
+// baseImage resolves the base of a build for team: a template of team's,
+// or an image of the store that is every team's (pulled when missing).
+func (b *Builder) baseImage(ctx context.Context, team string, spec Spec, logf func(level, format string, args ...any)) (*image.Image, error) {
 	ref := spec.FromTemplate
 	if ref == "" {
 		ref = spec.FromImage
@@ -259,6 +271,11 @@ func (b *Builder) baseImage(ctx context.Context, spec Spec, logf func(level, for
 		ref = alias
 	}
 	img, err := b.cfg.Images.Resolve(ctx, ref)
+	if err == nil && !ownedBy(img, team) {
+		// Another team's template is not there for this one, and is
+		// not pulled either.
+		return nil, fmt.Errorf("base %s: %w", ref, errdefs.ErrNotFound)
+	}
 	if err == nil {
 		logf("info", "FROM %s (%s)", ref, shortID(img.ID))
 		return img, nil
@@ -274,11 +291,22 @@ func (b *Builder) baseImage(ctx context.Context, spec Spec, logf func(level, for
 	return img, nil
 }
 
-// stepKeys returns, for each step, the key of the image after it: what
-// came before it and what it is (with its files' hash).
-func stepKeys(baseID string, steps []Step) []string {
+// ownedBy reports whether img may be used by team's builds: it is
+// team's, or every team's.
+func ownedBy(img *image.Image, team string) bool {
+	owner := engine.ImageTeam(img)
+	return owner == "" || owner == team
+}
+
+// stepKeys returns, for each step of a build of team's, the key of the
+// image after it: the team, what came before the step and what it is
+// (with its files' hash). Each team has a cache of its own: a COPY step's
+// hash is the client's word, not the daemon's (see UploadPath), and a
+// step's result may hold what the team's build fetched or was given, so
+// one team's layers must never stand in for another's.
+func stepKeys(team, baseID string, steps []Step) []string {
 	keys := make([]string, len(steps))
-	prev := cacheFormat + " base " + baseID
+	prev := cacheFormat + " team " + strconv.Quote(team) + " base " + baseID
 	for i, st := range steps {
 		h := sha256.New()
 		fmt.Fprintf(h, "%s\x00%s\x00%s", prev, st.Type, st.FilesHash)
@@ -371,7 +399,7 @@ func (b *Builder) runSteps(ctx context.Context, t *Template, cur *image.Image, s
 		step := spec.Steps[i]
 		stepName := strconv.Itoa(i + 1)
 		logf("info", "[%d/%d] %s", i+1, len(spec.Steps), describe(step))
-		if err := b.runStep(ctx, sb, step, st, logf); err != nil {
+		if err := b.runStep(ctx, sb, t.Team, step, st, logf); err != nil {
 			return nil, atStep(stepName, err)
 		}
 		if step.Type == "USER" {
@@ -397,6 +425,7 @@ func (b *Builder) runSteps(ctx context.Context, t *Template, cur *image.Image, s
 				if userSet {
 					c.User = snapshot.user
 				}
+				setTeam(c, t.Team)
 			},
 		})
 		os.Remove(layer)
@@ -436,8 +465,9 @@ func writeDiff(prev, cur, out string) error {
 // maxStepOutput bounds what one step's output adds to the build's log.
 const maxStepOutput = 4 << 20
 
-// runStep runs one step in sb, changing st as the step says.
-func (b *Builder) runStep(ctx context.Context, sb *sdk.Sandbox, step Step, st *buildState, logf func(level, format string, args ...any)) error {
+// runStep runs one step of a build of team's in sb, changing st as the
+// step says.
+func (b *Builder) runStep(ctx context.Context, sb *sdk.Sandbox, team string, step Step, st *buildState, logf func(level, format string, args ...any)) error {
 	switch step.Type {
 	case "ENV":
 		for i := 0; i+1 < len(step.Args); i += 2 {
@@ -461,7 +491,7 @@ func (b *Builder) runStep(ctx context.Context, sb *sdk.Sandbox, step Step, st *b
 		}
 		return b.shell(ctx, sb, step.Args[0], user, st.envMap(), st.workdir, logf)
 	case "COPY":
-		return b.copyFiles(ctx, sb, step, st, logf)
+		return b.copyFiles(ctx, sb, team, step, st, logf)
 	}
 	return fmt.Errorf("unknown instruction %q: %w", step.Type, errdefs.ErrInvalidArgument)
 }
@@ -536,8 +566,8 @@ if [ -n "$MODE" ]; then chmod -R -- "$MODE" "$DEST"; fi
 
 // copyFiles runs a COPY step: the uploaded archive goes into the sandbox
 // and copyScript places its files.
-func (b *Builder) copyFiles(ctx context.Context, sb *sdk.Sandbox, step Step, st *buildState, logf func(level, format string, args ...any)) error {
-	p, ok, err := b.UploadPath(step.FilesHash)
+func (b *Builder) copyFiles(ctx context.Context, sb *sdk.Sandbox, team string, step Step, st *buildState, logf func(level, format string, args ...any)) error {
+	p, ok, err := b.UploadPath(team, step.FilesHash)
 	if err != nil || !ok {
 		return fmt.Errorf("the files of COPY %s were not uploaded: %w", step.Args[0], errdefs.ErrFailedPrecondition)
 	}
@@ -612,6 +642,7 @@ func (b *Builder) finalize(ctx context.Context, t *Template, cur *image.Image, s
 			for k, v := range labels {
 				c.Labels[k] = v
 			}
+			setTeam(c, t.Team)
 		},
 	})
 	if err != nil {
@@ -632,6 +663,20 @@ func (b *Builder) finalize(ctx context.Context, t *Template, cur *image.Image, s
 	}
 	logf("info", "The start command is ready")
 	return img, nil
+}
+
+// setTeam labels the config of an image that a build of team's makes as
+// team's (engine.LabelTeam): other teams neither start sandboxes nor
+// build on it. An embedded builder's (no team) images are every team's.
+func setTeam(c *v1.Config, team string) {
+	if team == "" {
+		delete(c.Labels, engine.LabelTeam)
+		return
+	}
+	if c.Labels == nil {
+		c.Labels = map[string]string{}
+	}
+	c.Labels[engine.LabelTeam] = team
 }
 
 // emptyLayer writes a layer that changes nothing and returns its path.

@@ -3,6 +3,7 @@ package template
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -135,12 +136,18 @@ func (b *Builder) RequestBuild(ctx context.Context, req Request) (*Template, *Bu
 	if req.CPUs < 0 || req.MemoryMB < 0 {
 		return nil, nil, fmt.Errorf("cpuCount and memoryMB must not be negative: %w", errdefs.ErrInvalidArgument)
 	}
+	// Checked before the catalog's lock is taken (the image store may be
+	// slow to answer), and used only when the template is new.
+	nameErr := b.checkNewName(ctx, name)
 	var out *Template
 	var build *Build
 	err := b.cat.update(func() error {
 		t, err := b.cat.findLocked("", name)
 		switch {
 		case errdefs.IsNotFound(err):
+			if nameErr != nil {
+				return nameErr
+			}
 			now := time.Now().UTC()
 			t = &Template{ID: newID("tpl"), Team: req.Team, Names: []string{name}, Tags: map[string]string{}, CreatedAt: now}
 			b.cat.byID[t.ID] = t
@@ -165,6 +172,24 @@ func (b *Builder) RequestBuild(ctx context.Context, req Request) (*Template, *Bu
 		return nil, nil, err
 	}
 	return out, build, nil
+}
+
+// checkNewName fails with errdefs.ErrAlreadyExists when a new template
+// may not be named name: its builds would take over a name that the
+// daemon's templates and images have, which every team's sandboxes start
+// from ("base" first of all), or will have (the templates Tupper builds
+// by name, and their aliases).
+func (b *Builder) checkNewName(ctx context.Context, name string) error {
+	_, recipe := image.Recipes[name]
+	_, alias := image.TemplateAliases[name]
+	_, rerr := b.cfg.Images.Resolve(ctx, name)
+	if recipe || alias || rerr == nil {
+		return fmt.Errorf("template name %q is the name of one of the daemon's templates or images: choose another: %w", name, errdefs.ErrAlreadyExists)
+	}
+	if !errdefs.IsNotFound(rerr) {
+		return rerr
+	}
+	return nil
 }
 
 // Get returns the template ref names (an id or a name), of team when team
@@ -237,26 +262,45 @@ func imageNames(t *Template) []string {
 	return slices.Compact(out)
 }
 
-// UploadPath returns where the file archive of hash is kept, and whether
-// it is there.
-func (b *Builder) UploadPath(hash string) (string, bool, error) {
+// UploadPath returns where team's file archive of hash is kept, and
+// whether it is there.
+//
+// Each team has uploads of its own. E2B's hash is of the files and their
+// destination, computed by the client: the daemon cannot check that an
+// archive matches it. Shared between teams, a hash that one team's client
+// computes (the files of a public project are known to all) would let
+// another team upload other files under it first, which the first team's
+// build would then take as its own; and whether a hash is there would
+// tell one team what files another has.
+func (b *Builder) UploadPath(team, hash string) (string, bool, error) {
 	if len(hash) != 64 || strings.Trim(strings.ToLower(hash), "0123456789abcdef") != "" {
 		return "", false, fmt.Errorf("files hash %q is not a sha256 in hex: %w", hash, errdefs.ErrInvalidArgument)
 	}
-	p := filepath.Join(b.uploads, strings.ToLower(hash)+".tar")
+	p := filepath.Join(b.teamUploads(team), strings.ToLower(hash)+".tar")
 	_, err := os.Stat(p)
 	return p, err == nil, nil
 }
 
-// PutUpload keeps the archive r (a tar, gzipped or not) as the files of
-// hash. E2B's hash is of the files and their destination, not of the
-// archive's bytes: it is taken as given.
-func (b *Builder) PutUpload(hash string, r io.Reader) error {
-	p, _, err := b.UploadPath(hash)
+// teamUploads is the directory of team's uploads, named by a digest of
+// the team so that no team name, whoever chose it, is a path.
+func (b *Builder) teamUploads(team string) string {
+	sum := sha256.Sum256([]byte(team))
+	return filepath.Join(b.uploads, "team-"+hex.EncodeToString(sum[:12]))
+}
+
+// PutUpload keeps the archive r (a tar, gzipped or not) as team's files
+// of hash. E2B's hash is of the files and their destination, not of the
+// archive's bytes: it is taken as given, for team's builds alone (see
+// UploadPath).
+func (b *Builder) PutUpload(team, hash string, r io.Reader) error {
+	p, _, err := b.UploadPath(team, hash)
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(b.uploads, "upload-*")
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), "upload-*")
 	if err != nil {
 		return err
 	}
