@@ -63,6 +63,12 @@ type Runtime struct {
 	// client carries the data plane to every sandbox, dialed by the
 	// engine.
 	client *http.Client
+
+	// root and log are Config's, for the template builder (tpl), made at
+	// the first template call (see templates.go).
+	root string
+	log  *slog.Logger
+	tpl  templates
 }
 
 var (
@@ -128,6 +134,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	ecfg.Images, ecfg.AgentPath, ecfg.Logger = images, cfg.AgentPath, cfg.Logger
 	ecfg.Secrets = secrets
 	r := &Runtime{images: images, backend: be, secrets: secrets}
+	r.root, r.log = cfg.Root, cfg.Logger
 	eng, err := engine.New(ctx, ecfg)
 	if err != nil {
 		images.Close()
@@ -161,7 +168,9 @@ func (r *Runtime) Engine() *engine.Engine { return r.engine }
 // Close closes the runtime; running sandboxes keep running (see
 // engine.Engine.Close).
 func (r *Runtime) Close() error {
-	err := errors.Join(r.engine.Close(), r.images.Close(), r.secrets.Close())
+	// Builds run sandboxes of the engine: they stop first.
+	tplErr := r.closeTemplates()
+	err := errors.Join(tplErr, r.engine.Close(), r.images.Close(), r.secrets.Close())
 	// A backend may hold services of its own (the gVisor backend's
 	// resolver and egress proxy); its sandboxes keep running.
 	if c, ok := r.backend.(io.Closer); ok {

@@ -168,13 +168,14 @@ func WithBuildTags(tags ...string) BuildOption {
 	return func(o *buildOptions) { o.tags = append(o.tags, tags...) }
 }
 
-// WithBuildCPUs and WithBuildMemoryMB size the build's sandbox, and make
-// the size the template's sandboxes' default.
+// WithBuildCPUs gives the build's sandbox cpus cores, and makes that the
+// default of the template's sandboxes.
 func WithBuildCPUs(cpus float64) BuildOption {
 	return func(o *buildOptions) { o.cpus = cpus }
 }
 
-// WithBuildMemoryMB: see WithBuildCPUs.
+// WithBuildMemoryMB gives the build's sandbox mb MB of memory, and makes
+// that the default of the template's sandboxes.
 func WithBuildMemoryMB(mb int) BuildOption {
 	return func(o *buildOptions) { o.memoryMB = mb }
 }
