@@ -321,7 +321,7 @@ func stepKeys(team, baseID string, steps []Step) []string {
 
 // cacheFormat changes whenever the way steps become layers changes, so
 // that no build reuses layers made the old way.
-const cacheFormat = "tupper-steps-2"
+const cacheFormat = "tupper-steps-3"
 
 // cacheName is the image name of the cached image of step key.
 func cacheName(key string) string { return "tupper-build-cache/" + key[:40] }
@@ -538,12 +538,16 @@ func firstLine(s string) string {
 
 // copyScript places the files of an uploaded archive, unpacked in $T, as
 // Docker's COPY does: a directory's contents into DEST, a file to DEST
-// (into it when DEST ends with / or is a directory); then their owner and
-// mode.
+// (into it when DEST ends with / or is a directory). Only what it copied
+// (and DEST, when it made it) gets OWNER and MODE: a COPY into /etc must
+// not hand /etc, or /etc/passwd beside it, to the template's user.
 const copyScript = `set -e
 T=$(mktemp -d /tmp/.tupper-copy.XXXXXX)
-trap 'rm -rf "$T" "$ARCHIVE"' EXIT
+L=$(mktemp /tmp/.tupper-copy-list.XXXXXX)
+trap 'rm -rf "$T" "$L" "$ARCHIVE"' EXIT
 tar -xf "$ARCHIVE" -C "$T"
+made=
+[ -e "$DEST" ] || made=1
 cd "$T"
 found=
 for s in $SRC; do
@@ -551,17 +555,26 @@ for s in $SRC; do
   found=1
   if [ -d "$s" ] && [ ! -L "$s" ]; then
     mkdir -p -- "$DEST"
-    cp -a -- "$s"/. "$DEST"/
+    for e in "$s"/* "$s"/.[!.]* "$s"/..?*; do
+      [ -e "$e" ] || [ -L "$e" ] || continue
+      cp -a -- "$e" "$DEST"/
+      printf '%s\n' "$DEST/$(basename -- "$e")" >> "$L"
+    done
   else
     case "$DEST" in
-      */) mkdir -p -- "$DEST"; cp -a -- "$s" "$DEST" ;;
-      *) if [ -d "$DEST" ]; then cp -a -- "$s" "$DEST"/; else mkdir -p -- "$(dirname -- "$DEST")"; cp -a -- "$s" "$DEST"; fi ;;
+      */) mkdir -p -- "$DEST"; t="$DEST$(basename -- "$s")" ;;
+      *) if [ -d "$DEST" ]; then t="$DEST/$(basename -- "$s")"; else mkdir -p -- "$(dirname -- "$DEST")"; t="$DEST"; fi ;;
     esac
+    cp -a -- "$s" "$t"
+    printf '%s\n' "$t" >> "$L"
   fi
 done
 [ -n "$found" ] || { echo "COPY: no file matches $SRC in the uploaded files" >&2; exit 1; }
-if [ -n "$OWNER" ]; then chown -R -- "$OWNER:" "$DEST"; fi
-if [ -n "$MODE" ]; then chmod -R -- "$MODE" "$DEST"; fi
+if [ -n "$made" ]; then printf '%s\n' "$DEST" >> "$L"; fi
+while IFS= read -r p; do
+  if [ -n "$OWNER" ]; then chown -hR -- "$OWNER:" "$p"; fi
+  if [ -n "$MODE" ] && [ ! -L "$p" ]; then chmod -R -- "$MODE" "$p"; fi
+done < "$L"
 `
 
 // copyFiles runs a COPY step: the uploaded archive goes into the sandbox

@@ -47,6 +47,7 @@ function define() {
     .runCmd(`echo built > /opt/marker && rm -f /etc/motd # run ${RUN_ID}`, { user: 'root' })
     .copy('app', '/srv/app')
     .copy('config.txt', '/etc/tupper-test/', { user: 'root' })
+    .copy('config.txt', '/etc/')
     .setEnvs({ GREETING: 'hello from the template' })
     .setWorkdir('/srv/app')
     .runCmd('python3 main.py > ran.txt')
@@ -66,7 +67,7 @@ await step('Template.build runs every step and names the result', async () => {
   first.ms = Date.now() - t0
   assert.equal(first.name, alias)
   assert.ok(first.templateId && first.buildId)
-  assert.ok(logs.some((l) => l.startsWith('[1/6]')), `the first step did not run: ${logs.join('\n')}`)
+  assert.ok(logs.some((l) => l.startsWith('[1/7]')), `the first step did not run: ${logs.join('\n')}`)
   assert.ok(!logs.some((l) => l.includes('CACHED')), `a step came from the cache: ${logs.join('\n')}`)
   assert.ok(await Template.exists(alias))
 })
@@ -79,6 +80,9 @@ await step("a sandbox of it sees every step's result, its server ready", async (
   assert.equal(await sbx.files.read('/srv/app/main.py'), 'print("from main")\n')
   assert.equal(await sbx.files.read('/srv/app/lib/util.py'), 'X = 42\n')
   assert.equal(await sbx.files.read('/etc/tupper-test/config.txt'), 'configured\n')
+  // A COPY into an existing directory gives its user the copied file
+  // only, not the directory or what else is in it.
+  assert.equal((await sbx.commands.run('stat -c %U /etc /etc/passwd /etc/config.txt')).stdout, 'root\nroot\nuser\n')
   assert.equal(await sbx.files.read('/srv/app/ran.txt'), 'from main\n')
   assert.equal((await sbx.commands.run('echo "$GREETING"; pwd')).stdout, 'hello from the template\n/srv/app\n')
   // Ready when create returns: the server answers at once.
@@ -97,7 +101,7 @@ await step('the same build again takes every step from the cache', async () => {
   const ms = Date.now() - t0
   assert.notEqual(again.buildId, first.buildId)
   const cached = logs.filter((l) => l.includes('CACHED'))
-  assert.equal(cached.length, 6, `want 6 cached steps, log:\n${logs.join('\n')}`)
+  assert.equal(cached.length, 7, `want 7 cached steps, log:\n${logs.join('\n')}`)
   console.log(`     first build ${first.ms} ms, cached build ${ms} ms`)
 })
 
