@@ -287,49 +287,14 @@ func runSecretLs(ctx context.Context, g *globals, o *secretLsOptions) error {
 	return tw.Flush()
 }
 
-type secretRmOptions struct {
-	api  apiOptions
-	refs []string
-}
+func newSecretRmCmd(g *globals) *cobra.Command { return newRmCmd(g, secretRmSpec()) }
 
-func newSecretRmCmd(g *globals) *cobra.Command {
-	o := &secretRmOptions{}
-	cmd := &cobra.Command{
-		Use:     "rm NAME|ID...",
-		Aliases: []string{"delete"},
-		Short:   "Delete secrets; requests of sandboxes whose rules use one fail from then on",
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.refs = args
-			return runSecretRm(cmd.Context(), g, o)
-		},
+// secretRmSpec is `tupper secret rm`.
+func secretRmSpec() rmSpec {
+	return rmSpec{
+		use:     "rm NAME|ID...",
+		short:   "Delete secrets; requests of sandboxes whose rules use one fail from then on",
+		del:     func(ctx context.Context, r *remote, ref string) error { return r.DeleteSecret(ctx, ref) },
+		explain: secretError,
 	}
-	addAPIFlags(cmd, &o.api)
-	return cmd
-}
-
-// runSecretRm deletes every secret named, going on past failures, and
-// fails when any deletion did.
-func runSecretRm(ctx context.Context, g *globals, o *secretRmOptions) error {
-	r, err := o.api.dial()
-	if err != nil {
-		return err
-	}
-	failed := 0
-	for _, ref := range o.refs {
-		err := r.DeleteSecret(ctx, ref)
-		switch {
-		case err == nil:
-			continue
-		case unreachable(err) || sdk.IsUnauthenticated(err) || ctx.Err() != nil:
-			return r.control(err, "")
-		default:
-			fmt.Fprintln(g.stderr, "tupper:", secretError(r, err, ref))
-		}
-		failed++
-	}
-	if failed > 0 {
-		return &exitError{code: 1}
-	}
-	return nil
 }

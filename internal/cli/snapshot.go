@@ -148,51 +148,14 @@ func runSnapshotLs(ctx context.Context, g *globals, o *snapshotLsOptions) error 
 	return tw.Flush()
 }
 
-type snapshotRmOptions struct {
-	api  apiOptions
-	refs []string
-}
+func newSnapshotRmCmd(g *globals) *cobra.Command { return newRmCmd(g, snapshotRmSpec()) }
 
-func newSnapshotRmCmd(g *globals) *cobra.Command {
-	o := &snapshotRmOptions{}
-	cmd := &cobra.Command{
-		Use:     "rm ID|NAME...",
-		Aliases: []string{"delete"},
-		Short:   "Remove snapshots; sandboxes started from them run on",
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.refs = args
-			return runSnapshotRm(cmd.Context(), g, o)
-		},
+// snapshotRmSpec is `tupper snapshot rm`.
+func snapshotRmSpec() rmSpec {
+	return rmSpec{
+		use:     "rm ID|NAME...",
+		short:   "Remove snapshots; sandboxes started from them run on",
+		del:     func(ctx context.Context, r *remote, ref string) error { return r.DeleteSnapshot(ctx, ref) },
+		explain: notFoundHint("snapshot"),
 	}
-	addAPIFlags(cmd, &o.api)
-	return cmd
-}
-
-// runSnapshotRm removes every snapshot named, going on past failures, and
-// fails when any removal did.
-func runSnapshotRm(ctx context.Context, g *globals, o *snapshotRmOptions) error {
-	r, err := o.api.dial()
-	if err != nil {
-		return err
-	}
-	failed := 0
-	for _, ref := range o.refs {
-		err := r.DeleteSnapshot(ctx, ref)
-		switch {
-		case err == nil:
-			continue
-		case unreachable(err) || sdk.IsUnauthenticated(err) || ctx.Err() != nil:
-			return r.control(err, "")
-		case sdk.IsNotFound(err):
-			fmt.Fprintf(g.stderr, "tupper: snapshot %s not found: run `tupper snapshot ls` to see them\n", ref)
-		default:
-			fmt.Fprintln(g.stderr, "tupper:", r.control(err, ""))
-		}
-		failed++
-	}
-	if failed > 0 {
-		return &exitError{code: 1}
-	}
-	return nil
 }

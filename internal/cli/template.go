@@ -279,51 +279,14 @@ func runTemplateLs(ctx context.Context, g *globals, o *templateLsOptions) error 
 	return tw.Flush()
 }
 
-type templateRmOptions struct {
-	api  apiOptions
-	refs []string
-}
+func newTemplateRmCmd(g *globals) *cobra.Command { return newRmCmd(g, templateRmSpec()) }
 
-func newTemplateRmCmd(g *globals) *cobra.Command {
-	o := &templateRmOptions{}
-	cmd := &cobra.Command{
-		Use:     "rm NAME|ID...",
-		Aliases: []string{"delete"},
-		Short:   "Delete templates; sandboxes running on one run on",
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.refs = args
-			return runTemplateRm(cmd.Context(), g, o)
-		},
+// templateRmSpec is `tupper template rm`.
+func templateRmSpec() rmSpec {
+	return rmSpec{
+		use:     "rm NAME|ID...",
+		short:   "Delete templates; sandboxes running on one run on",
+		del:     func(ctx context.Context, r *remote, ref string) error { return r.DeleteTemplate(ctx, ref) },
+		explain: notFoundHint("template"),
 	}
-	addAPIFlags(cmd, &o.api)
-	return cmd
-}
-
-// runTemplateRm deletes every template named, going on past failures, and
-// fails when any deletion did.
-func runTemplateRm(ctx context.Context, g *globals, o *templateRmOptions) error {
-	r, err := o.api.dial()
-	if err != nil {
-		return err
-	}
-	failed := 0
-	for _, ref := range o.refs {
-		err := r.DeleteTemplate(ctx, ref)
-		switch {
-		case err == nil:
-			continue
-		case unreachable(err) || sdk.IsUnauthenticated(err) || ctx.Err() != nil:
-			return r.control(err, "")
-		case sdk.IsNotFound(err):
-			fmt.Fprintf(g.stderr, "tupper: template %s not found: run `tupper template ls` to see your team's\n", ref)
-		default:
-			fmt.Fprintln(g.stderr, "tupper:", r.control(err, ""))
-		}
-		failed++
-	}
-	if failed > 0 {
-		return &exitError{code: 1}
-	}
-	return nil
 }

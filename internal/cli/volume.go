@@ -170,54 +170,22 @@ func runVolumeLs(ctx context.Context, g *globals, o *volumeLsOptions) error {
 	return tw.Flush()
 }
 
-type volumeRmOptions struct {
-	api  apiOptions
-	refs []string
-}
+func newVolumeRmCmd(g *globals) *cobra.Command { return newRmCmd(g, volumeRmSpec()) }
 
-func newVolumeRmCmd(g *globals) *cobra.Command {
-	o := &volumeRmOptions{}
-	cmd := &cobra.Command{
-		Use:     "rm NAME|ID...",
-		Aliases: []string{"delete"},
-		Short:   "Delete volumes and their files; one that a sandbox or snapshot mounts is kept",
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.refs = args
-			return runVolumeRm(cmd.Context(), g, o)
+// volumeRmSpec is `tupper volume rm`.
+func volumeRmSpec() rmSpec {
+	return rmSpec{
+		use:   "rm NAME|ID...",
+		short: "Delete volumes and their files; one that a sandbox or snapshot mounts is kept",
+		del: func(ctx context.Context, r *remote, ref string) error {
+			id, err := volumeID(ctx, r, ref)
+			if err != nil {
+				return err
+			}
+			return r.DeleteVolume(ctx, id)
 		},
+		explain: volumeError,
 	}
-	addAPIFlags(cmd, &o.api)
-	return cmd
-}
-
-// runVolumeRm deletes every volume named, going on past failures, and
-// fails when any deletion did.
-func runVolumeRm(ctx context.Context, g *globals, o *volumeRmOptions) error {
-	r, err := o.api.dial()
-	if err != nil {
-		return err
-	}
-	failed := 0
-	for _, ref := range o.refs {
-		id, err := volumeID(ctx, r, ref)
-		if err == nil {
-			err = r.DeleteVolume(ctx, id)
-		}
-		switch {
-		case err == nil:
-			continue
-		case unreachable(err) || sdk.IsUnauthenticated(err) || ctx.Err() != nil:
-			return r.control(err, "")
-		default:
-			fmt.Fprintln(g.stderr, "tupper:", volumeError(r, err, ref))
-		}
-		failed++
-	}
-	if failed > 0 {
-		return &exitError{code: 1}
-	}
-	return nil
 }
 
 type volumeLsFilesOptions struct {
