@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lightbearco/tupper/engine"
@@ -292,11 +293,18 @@ func (b *Builder) teamUploads(team string) string {
 // of hash. E2B's hash is of the files and their destination, not of the
 // archive's bytes: it is taken as given, for team's builds alone (see
 // UploadPath).
-func (b *Builder) PutUpload(team, hash string, r io.Reader) error {
+func (b *Builder) PutUpload(team, hash string, r io.Reader) (retErr error) {
 	p, _, err := b.UploadPath(team, hash)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		// Said as the engine says it of creates (503, what to do),
+		// rather than as an internal error.
+		if errors.Is(retErr, syscall.ENOSPC) || errors.Is(retErr, syscall.EDQUOT) {
+			retErr = fmt.Errorf("file archive %.12s: the host's disk is full (the disk of %s: %v): free space on it and retry: %w", hash, b.cfg.Root, retErr, errdefs.ErrUnavailable)
+		}
+	}()
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
