@@ -2,11 +2,8 @@ package cli
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/spf13/cobra"
-
-	"github.com/lightbearco/tupper/sdk"
 )
 
 type pauseOptions struct {
@@ -35,26 +32,11 @@ to it, such as ` + "`tupper exec`" + `) brings it back as it was, or ` + "`tuppe
 	return cmd
 }
 
-// runPause pauses every sandbox named, going on past failures, and fails
-// when any pause did.
+// runPause pauses every sandbox named, going on past failures, and
+// fails when any pause did.
 func runPause(ctx context.Context, g *globals, o *pauseOptions) error {
-	r, err := o.api.dial()
-	if err != nil {
-		return err
-	}
-	failed := 0
-	for _, id := range o.ids {
-		if err := r.Pause(ctx, id); err != nil {
-			// Errors that every other pause would repeat end the run.
-			if unreachable(err) || sdk.IsUnauthenticated(err) || ctx.Err() != nil {
-				return r.control(err, id)
-			}
-			fmt.Fprintln(g.stderr, "tupper:", r.control(err, id))
-			failed++
-		}
-	}
-	if failed > 0 {
-		return &exitError{code: 1}
-	}
-	return nil
+	return runEach(ctx, g, &o.api, eachSpec{
+		do:      func(ctx context.Context, r *remote, id string) error { return r.Pause(ctx, id) },
+		explain: sandboxError,
+	}, o.ids)
 }

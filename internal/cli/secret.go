@@ -287,14 +287,14 @@ func runSecretLs(ctx context.Context, g *globals, o *secretLsOptions) error {
 	return tw.Flush()
 }
 
-func newSecretRmCmd(g *globals) *cobra.Command { return newRmCmd(g, secretRmSpec()) }
+func newSecretRmCmd(g *globals) *cobra.Command { return newEachCmd(g, secretRmSpec()) }
 
 // secretRmSpec is `tupper secret rm`.
-func secretRmSpec() rmSpec {
-	return rmSpec{
+func secretRmSpec() eachSpec {
+	return eachSpec{
 		use:     "rm NAME|ID...",
 		short:   "Delete secrets; requests of sandboxes whose rules use one fail from then on",
-		del:     func(ctx context.Context, r *remote, ref string) error { return r.DeleteSecret(ctx, ref) },
+		do:      func(ctx context.Context, r *remote, ref string) error { return r.DeleteSecret(ctx, ref) },
 		explain: secretError,
 	}
 }

@@ -135,7 +135,7 @@ func TestSecretCommands(t *testing.T) {
 	}
 
 	err = run("", func() error {
-		return runRm(ctx, g, &api, secretRmSpec(), []string{"openai", "nosuch"})
+		return runEach(ctx, g, &api, secretRmSpec(), []string{"openai", "nosuch"})
 	})
 	if err == nil || !strings.Contains(stderr.String(), "secret nosuch not found") {
 		t.Errorf("rm of one known and one unknown: %v, stderr %q", err, stderr.String())

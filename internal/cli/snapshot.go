@@ -148,14 +148,14 @@ func runSnapshotLs(ctx context.Context, g *globals, o *snapshotLsOptions) error 
 	return tw.Flush()
 }
 
-func newSnapshotRmCmd(g *globals) *cobra.Command { return newRmCmd(g, snapshotRmSpec()) }
+func newSnapshotRmCmd(g *globals) *cobra.Command { return newEachCmd(g, snapshotRmSpec()) }
 
 // snapshotRmSpec is `tupper snapshot rm`.
-func snapshotRmSpec() rmSpec {
-	return rmSpec{
+func snapshotRmSpec() eachSpec {
+	return eachSpec{
 		use:     "rm ID|NAME...",
 		short:   "Remove snapshots; sandboxes started from them run on",
-		del:     func(ctx context.Context, r *remote, ref string) error { return r.DeleteSnapshot(ctx, ref) },
+		do:      func(ctx context.Context, r *remote, ref string) error { return r.DeleteSnapshot(ctx, ref) },
 		explain: notFoundHint("snapshot"),
 	}
 }

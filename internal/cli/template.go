@@ -279,14 +279,14 @@ func runTemplateLs(ctx context.Context, g *globals, o *templateLsOptions) error 
 	return tw.Flush()
 }
 
-func newTemplateRmCmd(g *globals) *cobra.Command { return newRmCmd(g, templateRmSpec()) }
+func newTemplateRmCmd(g *globals) *cobra.Command { return newEachCmd(g, templateRmSpec()) }
 
 // templateRmSpec is `tupper template rm`.
-func templateRmSpec() rmSpec {
-	return rmSpec{
+func templateRmSpec() eachSpec {
+	return eachSpec{
 		use:     "rm NAME|ID...",
 		short:   "Delete templates; sandboxes running on one run on",
-		del:     func(ctx context.Context, r *remote, ref string) error { return r.DeleteTemplate(ctx, ref) },
+		do:      func(ctx context.Context, r *remote, ref string) error { return r.DeleteTemplate(ctx, ref) },
 		explain: notFoundHint("template"),
 	}
 }

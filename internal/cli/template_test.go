@@ -111,7 +111,7 @@ func TestTemplateLsRm(t *testing.T) {
 	}
 
 	stdout.Reset()
-	err := runRm(ctx, g, &api, templateRmSpec(), []string{"nosuch", "first", list[1].TemplateID})
+	err := runEach(ctx, g, &api, templateRmSpec(), []string{"nosuch", "first", list[1].TemplateID})
 	var exit *exitError
 	if !errors.As(err, &exit) || exit.code != 1 || !strings.Contains(stderr.String(), "template nosuch not found: run `tupper template ls`") {
 		t.Errorf("rm of an unknown and two known templates: %v, stderr %q", err, stderr.String())

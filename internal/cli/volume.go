@@ -170,14 +170,14 @@ func runVolumeLs(ctx context.Context, g *globals, o *volumeLsOptions) error {
 	return tw.Flush()
 }
 
-func newVolumeRmCmd(g *globals) *cobra.Command { return newRmCmd(g, volumeRmSpec()) }
+func newVolumeRmCmd(g *globals) *cobra.Command { return newEachCmd(g, volumeRmSpec()) }
 
 // volumeRmSpec is `tupper volume rm`.
-func volumeRmSpec() rmSpec {
-	return rmSpec{
+func volumeRmSpec() eachSpec {
+	return eachSpec{
 		use:   "rm NAME|ID...",
 		short: "Delete volumes and their files; one that a sandbox or snapshot mounts is kept",
-		del: func(ctx context.Context, r *remote, ref string) error {
+		do: func(ctx context.Context, r *remote, ref string) error {
 			id, err := volumeID(ctx, r, ref)
 			if err != nil {
 				return err

@@ -126,7 +126,7 @@ func TestVolumeCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = run("", func() error { return runRm(ctx, g, &api, volumeRmSpec(), []string{"data"}) })
+	err = run("", func() error { return runEach(ctx, g, &api, volumeRmSpec(), []string{"data"}) })
 	var exit *exitError
 	if !errors.As(err, &exit) || !strings.Contains(stderr.String(), sb.ID) {
 		t.Errorf("rm of a mounted volume: %v, stderr %q; want a failure naming %s", err, stderr.String(), sb.ID)
@@ -134,7 +134,7 @@ func TestVolumeCommands(t *testing.T) {
 	if err := eng.Kill(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := run("", func() error { return runRm(ctx, g, &api, volumeRmSpec(), []string{"data"}) }); err != nil {
+	if err := run("", func() error { return runEach(ctx, g, &api, volumeRmSpec(), []string{"data"}) }); err != nil {
 		t.Errorf("rm: %v %s", err, stderr.String())
 	}
 	if list, _ := eng.ListVolumes(ctx); len(list) != 0 {

@@ -9,18 +9,20 @@ import (
 	"github.com/lightbearco/tupper/sdk"
 )
 
-// rmSpec describes a command that deletes named things of the daemon
-// (snapshots, templates, volumes, secrets): `tupper <thing> rm REF...`.
-type rmSpec struct {
+// eachSpec describes a command that does one thing to each of the
+// sandboxes, snapshots, templates, volumes or secrets it names: `tupper
+// kill ID...`, `tupper pause ID...`, `tupper <thing> rm REF...`.
+type eachSpec struct {
 	use, short string
-	// del deletes the thing ref names.
-	del func(ctx context.Context, r *remote, ref string) error
-	// explain says what a failure to delete ref means to a user.
+	// do does it to what ref names.
+	do func(ctx context.Context, r *remote, ref string) error
+	// explain says what a failure of ref means to a user.
 	explain func(r *remote, err error, ref string) error
 }
 
-// newRmCmd returns the command of spec.
-func newRmCmd(g *globals, spec rmSpec) *cobra.Command {
+// newEachCmd returns the command of spec, a deletion (`rm`, also
+// `delete`).
+func newEachCmd(g *globals, spec eachSpec) *cobra.Command {
 	var api apiOptions
 	cmd := &cobra.Command{
 		Use:     spec.use,
@@ -28,24 +30,24 @@ func newRmCmd(g *globals, spec rmSpec) *cobra.Command {
 		Short:   spec.short,
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runRm(cmd.Context(), g, &api, spec, args)
+			return runEach(cmd.Context(), g, &api, spec, args)
 		},
 	}
 	addAPIFlags(cmd, &api)
 	return cmd
 }
 
-// runRm deletes every thing refs name, going on past failures (each
-// reported), and fails when any deletion did; a daemon that cannot be
-// reached, or refuses the key, stops it at once.
-func runRm(ctx context.Context, g *globals, api *apiOptions, spec rmSpec, refs []string) error {
+// runEach does spec to everything refs name, going on past failures (each
+// reported), and fails when any did; a daemon that cannot be reached, or
+// refuses the key, stops it at once.
+func runEach(ctx context.Context, g *globals, api *apiOptions, spec eachSpec, refs []string) error {
 	r, err := api.dial()
 	if err != nil {
 		return err
 	}
 	failed := 0
 	for _, ref := range refs {
-		err := spec.del(ctx, r, ref)
+		err := spec.do(ctx, r, ref)
 		switch {
 		case err == nil:
 			continue
@@ -62,7 +64,10 @@ func runRm(ctx context.Context, g *globals, api *apiOptions, spec rmSpec, refs [
 	return nil
 }
 
-// notFoundHint is an explain of rmSpec for a thing that `tupper <what>
+// sandboxError is an explain of eachSpec for sandboxes.
+func sandboxError(r *remote, err error, id string) error { return r.control(err, id) }
+
+// notFoundHint is an explain of eachSpec for a thing that `tupper <what>
 // ls` lists.
 func notFoundHint(what string) func(r *remote, err error, ref string) error {
 	return func(r *remote, err error, ref string) error {
