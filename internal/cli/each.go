@@ -77,3 +77,22 @@ func notFoundHint(what string) func(r *remote, err error, ref string) error {
 		return r.control(err, "")
 	}
 }
+
+// allPages reads every page of a listing: fetch reads the page of token
+// next ("" the first) and returns it with the token of the one after ("" at
+// the end).
+func allPages[T any](fetch func(next string) ([]T, string, error)) ([]T, error) {
+	var all []T
+	next := ""
+	for {
+		page, after, err := fetch(next)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if after == "" {
+			return all, nil
+		}
+		next = after
+	}
+}

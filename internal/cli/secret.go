@@ -259,18 +259,11 @@ func runSecretLs(ctx context.Context, g *globals, o *secretLsOptions) error {
 	if err != nil {
 		return err
 	}
-	var all []sdk.SecretInfo
-	opts := sdk.SecretListOptions{Limit: 100}
-	for {
-		page, next, err := r.ListSecrets(ctx, opts)
-		if err != nil {
-			return r.control(err, "")
-		}
-		all = append(all, page...)
-		if next == "" {
-			break
-		}
-		opts.NextToken = next
+	all, err := allPages(func(next string) ([]sdk.SecretInfo, string, error) {
+		return r.ListSecrets(ctx, sdk.SecretListOptions{Limit: 100, NextToken: next})
+	})
+	if err != nil {
+		return r.control(err, "")
 	}
 	if o.json {
 		out := make([]secretJSON, 0, len(all))

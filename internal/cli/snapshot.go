@@ -116,18 +116,11 @@ func runSnapshotLs(ctx context.Context, g *globals, o *snapshotLsOptions) error 
 	if err != nil {
 		return err
 	}
-	var all []sdk.SnapshotInfo
-	opts := sdk.SnapshotListOptions{SandboxID: o.sandbox, Name: o.name, Limit: 100}
-	for {
-		page, next, err := r.ListSnapshots(ctx, opts)
-		if err != nil {
-			return r.control(err, "")
-		}
-		all = append(all, page...)
-		if next == "" {
-			break
-		}
-		opts.NextToken = next
+	all, err := allPages(func(next string) ([]sdk.SnapshotInfo, string, error) {
+		return r.ListSnapshots(ctx, sdk.SnapshotListOptions{SandboxID: o.sandbox, Name: o.name, Limit: 100, NextToken: next})
+	})
+	if err != nil {
+		return r.control(err, "")
 	}
 	if o.json {
 		out := make([]snapshotJSON, 0, len(all))
