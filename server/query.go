@@ -25,6 +25,20 @@ type listQuery struct {
 	StartedAfter time.Time
 }
 
+// pageLimit reads a listing's limit (its page size) of at most most, def
+// when it names none.
+func pageLimit(q url.Values, def, most int) (int, error) {
+	s := q.Get("limit")
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > most {
+		return 0, fmt.Errorf("limit %q must be a whole number from 1 to %d: %w", s, most, errdefs.ErrInvalidArgument)
+	}
+	return n, nil
+}
+
 // parseListQuery parses a listing's query. defaultLimit applies when the
 // query names none; 0 means everything.
 func parseListQuery(q url.Values, defaultLimit int) (*listQuery, error) {
@@ -36,12 +50,8 @@ func parseListQuery(q url.Values, defaultLimit int) (*listQuery, error) {
 	if lq.States, err = parseStates(q["state"]); err != nil {
 		return nil, err
 	}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > maxListLimit {
-			return nil, fmt.Errorf("limit %q must be a whole number from 1 to %d: %w", s, maxListLimit, errdefs.ErrInvalidArgument)
-		}
-		lq.Limit = n
+	if lq.Limit, err = pageLimit(q, defaultLimit, maxListLimit); err != nil {
+		return nil, err
 	}
 	if s := q.Get("startedAfter"); s != "" {
 		if lq.StartedAfter, err = time.Parse(time.RFC3339Nano, s); err != nil {

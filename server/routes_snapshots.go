@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strconv"
 
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
@@ -68,14 +67,10 @@ func (s *Server) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 // oldest first, with X-Next-Token when there are more.
 func (s *Server) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			s.writeError(w, r, fmt.Errorf("limit %q must be a number from 1 to 1000: %w", v, errdefs.ErrInvalidArgument))
-			return
-		}
-		limit = n
+	limit, err := pageLimit(q, 100, 1000)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	list, next, err := s.engine.ListSnapshots(r.Context(), q.Get("sandboxID"), q.Get("name"), limit, q.Get("nextToken"))
 	if err != nil {
