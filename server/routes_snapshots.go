@@ -92,7 +92,7 @@ func (s *Server) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleDeleteTemplate(w http.ResponseWriter, r *http.Request) {
 	ref := r.PathValue("id")
 	if ref == "tags" {
-		s.handleRemoveTags(w, r)
+		s.withBuilder(s.handleRemoveTags)(w, r)
 		return
 	}
 	err := s.engine.DeleteSnapshot(r.Context(), ref)

@@ -25,35 +25,35 @@ import (
 
 // templateRoutes registers the template routes of the control plane.
 func (s *Server) templateRoutes(handle func(method, path string, h http.HandlerFunc)) {
-	handle("POST", "/v3/templates", s.handleRequestBuild)
-	handle("GET", "/templates", s.handleListTemplates)
-	handle("GET", "/templates/{id}", s.handleGetTemplate)
-	handle("GET", "/templates/{id}/files/{hash}", s.handleUploadLink)
-	handle("POST", "/v2/templates/{id}/builds/{buildID}", s.handleStartBuild)
-	handle("GET", "/templates/{id}/builds/{buildID}/status", s.handleBuildStatus)
+	handle("POST", "/v3/templates", s.withBuilder(s.handleRequestBuild))
+	handle("GET", "/templates", s.withBuilder(s.handleListTemplates))
+	handle("GET", "/templates/{id}", s.withBuilder(s.handleGetTemplate))
+	handle("GET", "/templates/{id}/files/{hash}", s.withBuilder(s.handleUploadLink))
+	handle("POST", "/v2/templates/{id}/builds/{buildID}", s.withBuilder(s.handleStartBuild))
+	handle("GET", "/templates/{id}/builds/{buildID}/status", s.withBuilder(s.handleBuildStatus))
 	// GET /templates/aliases/{alias} and GET /templates/{id}/tags would
 	// overlap as patterns ("/templates/aliases/tags"): one pattern serves
 	// both.
-	handle("GET", "/templates/{a}/{b}", s.handleTemplatePair)
+	handle("GET", "/templates/{a}/{b}", s.withBuilder(s.handleTemplatePair))
 	// POST and DELETE /templates/tags would overlap with DELETE
 	// /templates/{id} the same way (handleDeleteTemplate serves it).
-	handle("POST", "/templates/{id}", func(w http.ResponseWriter, r *http.Request) {
+	handle("POST", "/templates/{id}", s.withBuilder(func(w http.ResponseWriter, r *http.Request, b *template.Builder) {
 		if r.PathValue("id") != "tags" {
 			writeStatus(w, http.StatusMethodNotAllowed, fmt.Sprintf("method POST is not allowed on %s", r.URL.Path))
 			return
 		}
-		s.handleAssignTags(w, r)
-	})
+		s.handleAssignTags(w, r, b)
+	}))
 }
 
 // handleTemplatePair serves GET /templates/aliases/{alias} and GET
 // /templates/{id}/tags.
-func (s *Server) handleTemplatePair(w http.ResponseWriter, r *http.Request) {
-	switch a, b := r.PathValue("a"), r.PathValue("b"); {
-	case a == "aliases":
-		s.handleTemplateAlias(w, r, b)
-	case b == "tags":
-		s.handleTemplateTags(w, r, a)
+func (s *Server) handleTemplatePair(w http.ResponseWriter, r *http.Request, b *template.Builder) {
+	switch first, second := r.PathValue("a"), r.PathValue("b"); {
+	case first == "aliases":
+		s.handleTemplateAlias(w, r, b, second)
+	case second == "tags":
+		s.handleTemplateTags(w, r, b, first)
 	default:
 		writeStatus(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	}
@@ -75,6 +75,19 @@ func (s *Server) templates() (*template.Builder, error) {
 	return s.cfg.Templates, nil
 }
 
+// withBuilder serves h with the server's builder, or answers 501 when it
+// has none.
+func (s *Server) withBuilder(h func(http.ResponseWriter, *http.Request, *template.Builder)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, err := s.templates()
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		h(w, r, b)
+	}
+}
+
 // teamOf is the team of the request's API key.
 func teamOf(r *http.Request) string {
 	if sc, ok := engine.ScopeFrom(r.Context()); ok {
@@ -92,12 +105,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	return decodeJSON(data, v)
 }
 
-func (s *Server) handleRequestBuild(w http.ResponseWriter, r *http.Request) {
-	b, err := s.templates()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+func (s *Server) handleRequestBuild(w http.ResponseWriter, r *http.Request, b *template.Builder) {
 	var body struct {
 		Name     string   `json:"name"`
 		Alias    string   `json:"alias"`
@@ -124,12 +132,7 @@ func (s *Server) handleRequestBuild(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) handleUploadLink(w http.ResponseWriter, r *http.Request) {
-	b, err := s.templates()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+func (s *Server) handleUploadLink(w http.ResponseWriter, r *http.Request, b *template.Builder) {
 	id, hash := r.PathValue("id"), strings.ToLower(r.PathValue("hash"))
 	t, err := b.Get(teamOf(r), id)
 	if err != nil {
@@ -208,12 +211,7 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-func (s *Server) handleStartBuild(w http.ResponseWriter, r *http.Request) {
-	b, err := s.templates()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+func (s *Server) handleStartBuild(w http.ResponseWriter, r *http.Request, b *template.Builder) {
 	var spec template.Spec
 	if err := decodeBody(w, r, &spec); err != nil {
 		s.writeError(w, r, err)
@@ -233,14 +231,10 @@ type logEntryJSON struct {
 	Message   string    `json:"message"`
 }
 
-func (s *Server) handleBuildStatus(w http.ResponseWriter, r *http.Request) {
-	b, err := s.templates()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+func (s *Server) handleBuildStatus(w http.ResponseWriter, r *http.Request, b *template.Builder) {
 	offset := 0
 	if v := r.URL.Query().Get("logsOffset"); v != "" {
+		var err error
 		if offset, err = strconv.Atoi(v); err != nil || offset < 0 {
 			s.writeError(w, r, fmt.Errorf("logsOffset %q must be a whole number: %w", v, errdefs.ErrInvalidArgument))
 			return
@@ -267,12 +261,7 @@ func (s *Server) handleBuildStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleTemplateAlias(w http.ResponseWriter, r *http.Request, alias string) {
-	b, err := s.templates()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+func (s *Server) handleTemplateAlias(w http.ResponseWriter, r *http.Request, b *template.Builder, alias string) {
 	t, err := b.Get("", alias)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -315,12 +304,7 @@ func templateJSON(t *template.Template) map[string]any {
 	return out
 }
 
-func (s *Server) handleListTemplates(w http.ResponseWriter, r *http.Request) {
-	b, err := s.templates()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+func (s *Server) handleListTemplates(w http.ResponseWriter, r *http.Request, b *template.Builder) {
 	out := []map[string]any{}
 	for _, t := range b.List(teamOf(r)) {
 		out = append(out, templateJSON(t))
@@ -328,12 +312,7 @@ func (s *Server) handleListTemplates(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleGetTemplate(w http.ResponseWriter, r *http.Request) {
-	b, err := s.templates()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+func (s *Server) handleGetTemplate(w http.ResponseWriter, r *http.Request, b *template.Builder) {
 	t, err := b.Get(teamOf(r), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
@@ -351,12 +330,7 @@ func (s *Server) handleGetTemplate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleAssignTags(w http.ResponseWriter, r *http.Request) {
-	b, err := s.templates()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+func (s *Server) handleAssignTags(w http.ResponseWriter, r *http.Request, b *template.Builder) {
 	var body struct {
 		Target string   `json:"target"`
 		Tags   []string `json:"tags"`
@@ -373,12 +347,7 @@ func (s *Server) handleAssignTags(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]any{"buildID": bd.ID, "tags": body.Tags})
 }
 
-func (s *Server) handleRemoveTags(w http.ResponseWriter, r *http.Request) {
-	b, err := s.templates()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+func (s *Server) handleRemoveTags(w http.ResponseWriter, r *http.Request, b *template.Builder) {
 	var body struct {
 		Name string   `json:"name"`
 		Tags []string `json:"tags"`
@@ -394,12 +363,7 @@ func (s *Server) handleRemoveTags(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) handleTemplateTags(w http.ResponseWriter, r *http.Request, id string) {
-	b, err := s.templates()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+func (s *Server) handleTemplateTags(w http.ResponseWriter, r *http.Request, b *template.Builder, id string) {
 	t, err := b.Get(teamOf(r), id)
 	if err != nil {
 		s.writeError(w, r, err)
