@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -108,6 +110,35 @@ func TestTemplateAttacks(t *testing.T) {
 		got := readFromTemplate(ctx, t, as(blue), tpl.TemplateID, "/opt/files/f.txt")
 		if got != "blue's own files\n" {
 			t.Errorf("blue's template holds %q from its COPY step, want its own files", got)
+		}
+	})
+
+	t.Run("a base pull does not reach the host's own network", func(t *testing.T) {
+		// A service on the host's loopback, as a database's admin page or
+		// the daemon's own API would be: a pull of a base named there
+		// would be the daemon's request, from the host, which no
+		// sandbox's egress policy covers.
+		var hits []string
+		var mu sync.Mutex
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			hits = append(hits, r.Method+" "+r.URL.Path)
+			mu.Unlock()
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusForbidden)
+			io.WriteString(w, "internal-only-data")
+		}))
+		defer srv.Close()
+		host := strings.TrimPrefix(srv.URL, "http://")
+		tpl := requestTemplate(ctx, t, as(blue), "attack-pull-"+run)
+		buildTemplate(ctx, t, as(blue), tpl, map[string]any{"fromImage": host + "/probe:1", "steps": []any{}}, "error")
+		mu.Lock()
+		defer mu.Unlock()
+		if len(hits) != 0 {
+			t.Errorf("a build's base pull sent %v to a service on the host's loopback", hits)
+		}
+		if logs := strings.Join(getBuild(ctx, t, as(blue), tpl).Logs, "\n"); strings.Contains(logs, "internal-only-data") {
+			t.Errorf("the build's log shows what the host's service answered:\n%s", logs)
 		}
 	})
 

@@ -28,6 +28,15 @@ type PullOptions struct {
 	// Platform picks the image from a multi-platform index, as
 	// "os/arch[/variant]". Empty means linux on this machine's architecture.
 	Platform string
+	// Transport, when set, carries every request of the pull (to the
+	// registry, and wherever it redirects) in place of the default one,
+	// which Insecure otherwise tunes. Anonymous pulls without the Docker
+	// config's credentials. Both are for pulls that a client of the daemon
+	// asks for rather than its operator (a template's base, see package
+	// template): such a pull must reach neither the host's own network
+	// nor the images that the operator's credentials open.
+	Transport http.RoundTripper
+	Anonymous bool
 }
 
 // defaultPlatform is the platform Pull and Import choose when none is given.
@@ -70,10 +79,15 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions, progress
 	ropts := []remote.Option{
 		remote.WithContext(ctx),
 		remote.WithPlatform(plat),
-		remote.WithAuthFromKeychain(authn.DefaultKeychain),
 		remote.WithUserAgent("tupper"),
 	}
-	if opts.Insecure {
+	if !opts.Anonymous {
+		ropts = append(ropts, remote.WithAuthFromKeychain(authn.DefaultKeychain))
+	}
+	switch {
+	case opts.Transport != nil:
+		ropts = append(ropts, remote.WithTransport(opts.Transport))
+	case opts.Insecure:
 		t := remote.DefaultTransport.(*http.Transport).Clone()
 		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for by the caller
 		ropts = append(ropts, remote.WithTransport(t))

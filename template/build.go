@@ -284,7 +284,7 @@ func (b *Builder) baseImage(ctx context.Context, team string, spec Spec, logf fu
 		return nil, err
 	}
 	logf("info", "Pulling %s", ref)
-	img, perr := b.cfg.Images.Pull(ctx, ref, image.PullOptions{}, nil)
+	img, perr := b.cfg.Images.Pull(ctx, ref, pullOptions(), nil)
 	if perr != nil {
 		return nil, fmt.Errorf("base image %s is not in the store, and pulling it failed: %w", ref, perr)
 	}
