@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -169,6 +170,56 @@ func TestTemplateAttacks(t *testing.T) {
 				t.Errorf("an upload to a URL with %s: %s, want it refused", tt.name, resp.Status)
 			}
 		}
+	})
+
+	// Last: its builds hold the builder's turns until the daemon stops.
+	t.Run("bounds on a team's templates and builds", func(t *testing.T) {
+		green := as(d.addKey(t, "--team", "green", "--name", "green"))
+		// Requests of builds of one template: the template keeps the
+		// newest of them.
+		var last templateRef
+		for range 60 {
+			last = requestTemplate(ctx, t, green, "bounds-"+run)
+		}
+		status, body, _ := green.api(ctx, http.MethodGet, "/templates/"+last.TemplateID, nil)
+		var info struct {
+			Builds []struct {
+				BuildID string `json:"buildID"`
+			} `json:"builds"`
+		}
+		json.Unmarshal(body, &info)
+		if status != http.StatusOK || len(info.Builds) > 50 || info.Builds[len(info.Builds)-1].BuildID != last.BuildID {
+			t.Errorf("a template after 60 requested builds: %d, %d builds, want at most 50 with the newest", status, len(info.Builds))
+		}
+		// Templates: up to 500 (one made above).
+		for i := range 499 {
+			requestTemplate(ctx, t, green, fmt.Sprintf("bounds-%s-%d", run, i))
+		}
+		status, body, _ = green.api(ctx, http.MethodPost, "/v3/templates", map[string]any{"name": "bounds-one-more-" + run})
+		if status != http.StatusConflict || !strings.Contains(string(body), "delete one first") {
+			t.Errorf("a team's template past 500: %d %s, want 409 saying what to do", status, body)
+		}
+		// Builds under way: four, then "come back later".
+		sleep := map[string]any{"fromTemplate": "base", "steps": []any{map[string]any{"type": "RUN", "args": []string{"sleep 120 # " + run}}}}
+		for range 4 {
+			ref := requestTemplate(ctx, t, green, "bounds-"+run)
+			buildTemplate(ctx, t, green, ref, sleep, "building")
+		}
+		ref := requestTemplate(ctx, t, green, "bounds-"+run)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.URL+"/v2/templates/"+ref.TemplateID+"/builds/"+ref.BuildID, strings.NewReader(`{"fromTemplate":"base","steps":[]}`))
+		req.Header.Set("X-API-KEY", green.Key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("a fifth build under way: %s (Retry-After %q), want 429 with Retry-After", resp.Status, resp.Header.Get("Retry-After"))
+		}
+		// Another team's builds are not held back by green's.
+		other := requestTemplate(ctx, t, as(blue), "bounds-blue-"+run)
+		buildTemplate(ctx, t, as(blue), other, map[string]any{"fromTemplate": "base", "steps": []any{}}, "building")
 	})
 }
 

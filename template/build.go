@@ -70,9 +70,11 @@ func (s *Spec) validate(b *Builder, team string) error {
 		case "COPY":
 			bad = n < 2 || n > 4
 			if !bad {
-				if _, ok, err := b.UploadPath(team, st.FilesHash); err != nil || !ok {
+				p, ok, err := b.UploadPath(team, st.FilesHash)
+				if err != nil || !ok {
 					return fmt.Errorf("step %d (COPY %s): its files (hash %.12s) were not uploaded: %w", i+1, st.Args[0], st.FilesHash, errdefs.ErrFailedPrecondition)
 				}
+				keepUpload(p)
 			}
 		case "ENV":
 			bad = n == 0 || n%2 != 0
@@ -106,6 +108,9 @@ func (b *Builder) StartBuild(ctx context.Context, team, templateID, buildID stri
 		}
 		if bd.Status != StatusWaiting {
 			return fmt.Errorf("build %s: %w: %w", buildID, errBuildStarted, errdefs.ErrFailedPrecondition)
+		}
+		if err := b.cat.checkPendingLocked(team); err != nil {
+			return err
 		}
 		bd.Status, bd.Steps = StatusBuilding, len(spec.Steps)
 		tpl = t.snapshot()

@@ -40,7 +40,10 @@ type Config struct {
 	// installs need some); nil means the engine's default.
 	Network *netpolicy.Policy
 	// MaxUploadBytes bounds one uploaded file archive; zero means 1 GiB.
-	MaxUploadBytes int64
+	// MaxTeamUploadBytes bounds what a team's uploads keep on the disk
+	// together; zero means 8 GiB.
+	MaxUploadBytes     int64
+	MaxTeamUploadBytes int64
 	// BuildTimeout bounds one build; zero means one hour.
 	BuildTimeout time.Duration
 	Logger       *slog.Logger
@@ -67,6 +70,9 @@ func New(cfg Config) (*Builder, error) {
 	}
 	if cfg.MaxUploadBytes == 0 {
 		cfg.MaxUploadBytes = 1 << 30
+	}
+	if cfg.MaxTeamUploadBytes == 0 {
+		cfg.MaxTeamUploadBytes = 8 << 30
 	}
 	if cfg.BuildTimeout == 0 {
 		cfg.BuildTimeout = time.Hour
@@ -149,6 +155,9 @@ func (b *Builder) RequestBuild(ctx context.Context, req Request) (*Template, *Bu
 			if nameErr != nil {
 				return nameErr
 			}
+			if err := b.cat.checkTemplateCountLocked(req.Team); err != nil {
+				return err
+			}
 			now := time.Now().UTC()
 			t = &Template{ID: newID("tpl"), Team: req.Team, Names: []string{name}, Tags: map[string]string{}, CreatedAt: now}
 			b.cat.byID[t.ID] = t
@@ -165,6 +174,7 @@ func (b *Builder) RequestBuild(ctx context.Context, req Request) (*Template, *Bu
 		}
 		build = &Build{ID: newID("bld"), Status: StatusWaiting, CreatedAt: time.Now().UTC(), Tags: slices.Compact(tags)}
 		t.Builds = append(t.Builds, build)
+		pruneBuilds(t)
 		t.UpdatedAt = build.CreatedAt
 		out = t.snapshot()
 		return nil
@@ -308,14 +318,24 @@ func (b *Builder) PutUpload(team, hash string, r io.Reader) (retErr error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
+	// What the team keeps besides: its uploads that builds no longer
+	// ask for go first.
+	room := b.cfg.MaxTeamUploadBytes - sweepUploads(filepath.Dir(p))
+	if room <= 0 {
+		return fmt.Errorf("the team's uploaded files take %d bytes, the most they may: they are removed %v after a build last asked for them: %w", b.cfg.MaxTeamUploadBytes, uploadTTL, errdefs.ErrFailedPrecondition)
+	}
 	f, err := os.CreateTemp(filepath.Dir(p), "upload-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name())
-	n, err := io.Copy(f, io.LimitReader(r, b.cfg.MaxUploadBytes+1))
-	if err == nil && n > b.cfg.MaxUploadBytes {
+	n, err := io.Copy(f, io.LimitReader(r, min(b.cfg.MaxUploadBytes, room)+1))
+	switch {
+	case err != nil:
+	case n > b.cfg.MaxUploadBytes:
 		err = fmt.Errorf("file archive is over %d bytes: %w", b.cfg.MaxUploadBytes, errdefs.ErrInvalidArgument)
+	case n > room:
+		err = fmt.Errorf("file archive does not fit in the %d bytes the team's uploaded files may take (they are removed %v after a build last asked for them): %w", b.cfg.MaxTeamUploadBytes, uploadTTL, errdefs.ErrFailedPrecondition)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
