@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -169,6 +171,23 @@ func TestTemplateAttacks(t *testing.T) {
 			if resp.StatusCode < 400 {
 				t.Errorf("an upload to a URL with %s: %s, want it refused", tt.name, resp.Status)
 			}
+		}
+	})
+
+	t.Run("a build's output does not swell the catalog", func(t *testing.T) {
+		// Each step prints 3 MB, one line: more than a build's log keeps.
+		var steps []any
+		for range 4 {
+			steps = append(steps, map[string]any{"type": "RUN", "args": []string{"head -c 3000000 /dev/zero | tr '\\0' x; echo # " + run}})
+		}
+		tpl := requestTemplate(ctx, t, as(blue), "attack-output-"+run)
+		buildTemplate(ctx, t, as(blue), tpl, map[string]any{"fromTemplate": "base", "steps": steps}, "ready")
+		if fi, err := os.Stat(filepath.Join(d.Root, "templates", "templates.json")); err != nil || fi.Size() > 1<<20 {
+			t.Errorf("the catalog of templates after the build: %v, %v; want under 1 MiB", fi.Size(), err)
+		}
+		status, body, err := as(blue).api(ctx, http.MethodGet, "/templates/"+tpl.TemplateID+"/builds/"+tpl.BuildID+"/status", nil)
+		if err != nil || status != http.StatusOK || len(body) > 12<<20 || !strings.Contains(string(body), "log is full") {
+			t.Errorf("the build's status: %d, %d bytes, %v; want under 12 MiB, saying its log is full", status, len(body), err)
 		}
 	})
 

@@ -54,6 +54,7 @@ type Builder struct {
 	cfg     Config
 	log     *slog.Logger
 	cat     *catalog
+	logs    *buildLogs
 	uploads string
 	// building bounds the builds at once: each runs a sandbox.
 	building chan struct{}
@@ -88,9 +89,16 @@ func New(cfg Config) (*Builder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("template: %w", err)
 	}
+	logs, err := newBuildLogs(filepath.Join(cfg.Root, "logs"))
+	if err != nil {
+		return nil, fmt.Errorf("template: %w", err)
+	}
+	if err := cat.moveLogs(logs); err != nil {
+		return nil, fmt.Errorf("template: %w", err)
+	}
 	bg, cancel := context.WithCancel(context.Background())
 	return &Builder{
-		cfg: cfg, log: cfg.Logger.With("component", "template"), cat: cat, uploads: uploads,
+		cfg: cfg, log: cfg.Logger.With("component", "template"), cat: cat, logs: logs, uploads: uploads,
 		building: make(chan struct{}, 2), bg: bg, cancel: cancel,
 	}, nil
 }
@@ -148,6 +156,7 @@ func (b *Builder) RequestBuild(ctx context.Context, req Request) (*Template, *Bu
 	nameErr := b.checkNewName(ctx, name)
 	var out *Template
 	var build *Build
+	var dropped []string
 	err := b.cat.update(func() error {
 		t, err := b.cat.findLocked("", name)
 		switch {
@@ -174,7 +183,7 @@ func (b *Builder) RequestBuild(ctx context.Context, req Request) (*Template, *Bu
 		}
 		build = &Build{ID: newID("bld"), Status: StatusWaiting, CreatedAt: time.Now().UTC(), Tags: slices.Compact(tags)}
 		t.Builds = append(t.Builds, build)
-		pruneBuilds(t)
+		dropped = pruneBuilds(t)
 		t.UpdatedAt = build.CreatedAt
 		out = t.snapshot()
 		return nil
@@ -182,6 +191,7 @@ func (b *Builder) RequestBuild(ctx context.Context, req Request) (*Template, *Bu
 	if err != nil {
 		return nil, nil, err
 	}
+	b.logs.remove(dropped...)
 	return out, build, nil
 }
 
@@ -234,19 +244,23 @@ func (b *Builder) List(team string) []*Template {
 // sandboxes that run on them run on (the image store keeps what they
 // lease).
 func (b *Builder) Delete(ctx context.Context, team, ref string) error {
-	var names []string
+	var names, builds []string
 	err := b.cat.update(func() error {
 		t, err := b.cat.findLocked(team, ref)
 		if err != nil {
 			return err
 		}
 		names = imageNames(t)
+		for _, bd := range t.Builds {
+			builds = append(builds, bd.ID)
+		}
 		delete(b.cat.byID, t.ID)
 		return nil
 	})
 	if err != nil {
 		return err
 	}
+	b.logs.remove(builds...)
 	for _, n := range names {
 		if err := b.cfg.Images.Remove(ctx, n); err != nil && !errdefs.IsNotFound(err) {
 			b.log.Warn("remove the image of a deleted template", "image", n, "err", err)
@@ -350,26 +364,24 @@ func (b *Builder) PutUpload(team, hash string, r io.Reader) (retErr error) {
 // entry offset on.
 func (b *Builder) Status(team, templateID, buildID string, offset int) (*Build, error) {
 	b.cat.mu.Lock()
-	defer b.cat.mu.Unlock()
 	t, err := b.cat.findLocked(team, templateID)
-	if err != nil {
-		return nil, err
+	var bd *Build
+	if err == nil {
+		bd, err = t.buildOf(buildID)
 	}
-	bd, err := t.buildOf(buildID)
 	if err != nil {
+		b.cat.mu.Unlock()
 		return nil, err
 	}
 	out := *bd
-	out.Logs = nil
-	if offset < 0 {
-		offset = 0
-	}
-	if offset < len(bd.Logs) {
-		out.Logs = slices.Clone(bd.Logs[offset:])
-	}
 	if bd.Reason != nil {
 		r := *bd.Reason
 		out.Reason = &r
+	}
+	b.cat.mu.Unlock()
+	// Read outside the catalog's lock: the log is the build's file.
+	if out.Logs, err = b.logs.read(out.ID, max(offset, 0)); err != nil {
+		return nil, fmt.Errorf("build %s: its log: %w", out.ID, err)
 	}
 	return &out, nil
 }
@@ -460,22 +472,18 @@ func tagOfName(n string) string {
 
 // logf adds a line to build bd of template id's log.
 func (b *Builder) logf(id, buildID, level, format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
 	b.cat.mu.Lock()
-	defer b.cat.mu.Unlock()
 	t, ok := b.cat.byID[id]
+	if ok {
+		_, err := t.buildOf(buildID)
+		ok = err == nil
+	}
+	b.cat.mu.Unlock()
 	if !ok {
-		return
+		return // deleted meanwhile
 	}
-	bd, err := t.buildOf(buildID)
-	if err != nil {
-		return
-	}
-	for _, line := range strings.Split(strings.TrimRight(msg, "\n"), "\n") {
-		bd.Logs = append(bd.Logs, LogEntry{Timestamp: time.Now().UTC(), Level: level, Message: line})
-	}
-	if over := len(bd.Logs) - maxLogEntries; over > 0 {
-		bd.Logs = slices.Delete(bd.Logs, 0, over)
+	if err := b.logs.add(buildID, logEntries(level, fmt.Sprintf(format, args...))); err != nil {
+		b.log.Warn("write a build's log", "template", id, "build", buildID, "err", err)
 	}
 }
 

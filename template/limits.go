@@ -69,8 +69,8 @@ func (c *catalog) checkPendingLocked(team string) error {
 }
 
 // pruneBuilds drops t's oldest builds past maxBuildsPerTemplate that no
-// tag names and that are not under way.
-func pruneBuilds(t *Template) {
+// tag names and that are not under way, and returns their ids.
+func pruneBuilds(t *Template) (dropped []string) {
 	for len(t.Builds) > maxBuildsPerTemplate {
 		i := slices.IndexFunc(t.Builds, func(bd *Build) bool {
 			if bd.Status == StatusBuilding {
@@ -84,10 +84,12 @@ func pruneBuilds(t *Template) {
 			return true
 		})
 		if i < 0 {
-			return
+			return dropped
 		}
+		dropped = append(dropped, t.Builds[i].ID)
 		t.Builds = slices.Delete(t.Builds, i, i+1)
 	}
+	return dropped
 }
 
 // keepUpload marks the uploaded file p as needed now, so that the sweep

@@ -49,12 +49,15 @@ type Template struct {
 
 // Build is one build of a template.
 type Build struct {
-	ID         string     `json:"id"`
-	Status     string     `json:"status"`
-	CreatedAt  time.Time  `json:"createdAt"`
-	FinishedAt time.Time  `json:"finishedAt,omitzero"`
-	Logs       []LogEntry `json:"logs,omitempty"`
-	Reason     *Reason    `json:"reason,omitempty"`
+	ID         string    `json:"id"`
+	Status     string    `json:"status"`
+	CreatedAt  time.Time `json:"createdAt"`
+	FinishedAt time.Time `json:"finishedAt,omitzero"`
+	// Logs are the build's log lines in Builder.Status's answer; the
+	// catalog keeps none (see buildLogs); catalogs written before kept
+	// them here.
+	Logs   []LogEntry `json:"logs,omitempty"`
+	Reason *Reason    `json:"reason,omitempty"`
 	// Image is the id of the image the build made, once ready.
 	Image string `json:"image,omitempty"`
 	// Tags the build was requested with; CachedSteps how many of its
@@ -77,9 +80,6 @@ type Reason struct {
 	Message string `json:"message"`
 	Step    string `json:"step,omitempty"`
 }
-
-// maxLogEntries bounds a build's kept log; the oldest lines go first.
-const maxLogEntries = 10_000
 
 // catalog keeps the templates in one JSON file, rewritten whole on every
 // change (templates are few; a build's log is bounded).
@@ -113,6 +113,29 @@ func openCatalog(path string) (*catalog, error) {
 		}
 	}
 	return c, nil
+}
+
+// moveLogs moves the logs that a catalog written before buildLogs holds
+// into their files, and saves it without them.
+func (c *catalog) moveLogs(logs *buildLogs) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	moved := false
+	for _, t := range c.byID {
+		for _, b := range t.Builds {
+			if len(b.Logs) == 0 {
+				continue
+			}
+			if err := logs.add(b.ID, b.Logs); err != nil {
+				return err
+			}
+			b.Logs, moved = nil, true
+		}
+	}
+	if !moved {
+		return nil
+	}
+	return c.saveLocked()
 }
 
 // saveLocked writes the catalog; the caller holds mu.
