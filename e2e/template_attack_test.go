@@ -145,6 +145,30 @@ func TestTemplateAttacks(t *testing.T) {
 		}
 	})
 
+	t.Run("an upload URL outlives no template", func(t *testing.T) {
+		// Blue asks for a URL by its template's name, deletes the
+		// template, and another team takes the name: the URL puts
+		// nothing among that team's files.
+		reused := "attack-reused-" + run
+		tpl := requestTemplate(ctx, t, as(blue), reused)
+		hash := randomHexN(t, 32)
+		link := uploadLink(ctx, t, as(blue), reused, hash)
+		if status, body, _ := as(blue).api(ctx, http.MethodDelete, "/templates/"+tpl.TemplateID, nil); status != http.StatusNoContent {
+			t.Fatalf("delete: %d %s", status, body)
+		}
+		taken := requestTemplate(ctx, t, d, reused)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, link, strings.NewReader("blue's files"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Errorf("an upload to the URL of a deleted template whose name another team took: %s, want it refused", resp.Status)
+		}
+		uploadLink(ctx, t, d, taken.TemplateID, hash) // fails unless the files are asked for
+	})
+
 	t.Run("upload URLs", func(t *testing.T) {
 		tpl := requestTemplate(ctx, t, as(blue), "attack-urls-"+run)
 		hash := randomHexN(t, 32)

@@ -146,12 +146,16 @@ func (s *Server) handleUploadLink(w http.ResponseWriter, r *http.Request, b *tem
 	}
 	out := map[string]any{"present": present}
 	if !present {
+		// Made for the template's id, never for the name the client
+		// used: ids are never used again, whereas a name deleted by one
+		// team may be taken by another while the URL is still good, and
+		// the files would then be that team's.
 		expires := time.Now().Add(uploadLinkTTL).Unix()
-		u := url.URL{Scheme: "http", Host: r.Host, Path: uploadPrefix + url.PathEscape(id) + "/" + hash}
+		u := url.URL{Scheme: "http", Host: r.Host, Path: uploadPrefix + url.PathEscape(t.ID) + "/" + hash}
 		if r.TLS != nil {
 			u.Scheme = "https"
 		}
-		u.RawQuery = url.Values{"expires": {strconv.FormatInt(expires, 10)}, "signature": {s.uploadSignature(id, hash, expires)}}.Encode()
+		u.RawQuery = url.Values{"expires": {strconv.FormatInt(expires, 10)}, "signature": {s.uploadSignature(t.ID, hash, expires)}}.Encode()
 		out["url"] = u.String()
 	}
 	writeJSON(w, http.StatusCreated, out)
@@ -198,8 +202,12 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusForbidden, "upload URL has expired: ask for a new one")
 		return
 	}
-	// The files are the team's whose template the URL was made for.
+	// The files are the team's whose template the URL was made for, by
+	// its id (a name is not enough, see handleUploadLink).
 	t, err := b.Get("", id)
+	if err == nil && t.ID != id {
+		err = fmt.Errorf("template %q: %w", id, errdefs.ErrNotFound)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
