@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/errdefs"
@@ -117,6 +120,14 @@ func (e *Engine) reboot(ctx context.Context, l *liveSandbox, rec *Sandbox) (*bac
 	name := rebootImageName(rec.ID)
 	img, err := committer.Commit(ctx, image.CommitOptions{
 		Parent: rec.ImageID, Layer: files, CreatedBy: "the files of sandbox " + rec.ID, Names: []string{name}, Unpack: true,
+		// The image holds what the sandbox wrote, and its name is the
+		// sandbox's id, which public URLs show: it is the team's alone.
+		Edit: func(c *v1.Config) {
+			if c.Labels == nil {
+				c.Labels = map[string]string{}
+			}
+			c.Labels[LabelTeam] = cmp.Or(rec.Team, DefaultTeam)
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("stack its files on its image: %w", e.explainDiskFull(err))

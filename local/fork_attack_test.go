@@ -2,6 +2,7 @@ package local_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lightbearco/tupper/engine"
+	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/sdk"
 )
 
@@ -167,4 +169,42 @@ func agentStatus(ctx context.Context, t *testing.T, eng *engine.Engine, id, toke
 	defer resp.Body.Close()
 	io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode
+}
+
+// TestRebootImageIsTheTeams checks that the image a reboot makes of a
+// sandbox's files (a pause of files alone, then a resume), which the
+// store names after the sandbox's id until the sandbox is killed, starts
+// no sandbox of another team: it holds what the sandbox wrote.
+func TestRebootImageIsTheTeams(t *testing.T) {
+	s := newStack(t, engine.Config{})
+	eng := s.rt.Engine()
+	red := engine.WithScope(context.Background(), engine.Scope{Team: "red", Key: "key_r"})
+	blue := engine.WithScope(context.Background(), engine.Scope{Team: "blue", Key: "key_b"})
+	rec, err := eng.Create(red, engine.CreateOptions{Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := s.client.Connect(red, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, sb, "echo red-secret > ~/secret")
+	if err := eng.Pause(red, rec.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Resume(red, rec.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	name := "tupper-paused/" + rec.ID
+	if _, err := s.rt.Images().Resolve(red, name); err != nil {
+		t.Fatalf("the reboot's image %s: %v", name, err)
+	}
+	for _, opts := range []engine.CreateOptions{{Template: name}, {Image: name}} {
+		if got, err := eng.Create(blue, opts); !errors.Is(err, errdefs.ErrNotFound) {
+			if err == nil {
+				eng.Kill(blue, got.ID)
+			}
+			t.Errorf("another team's create from template %q, image %q: %v, want not found", opts.Template, opts.Image, err)
+		}
+	}
 }
