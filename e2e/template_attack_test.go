@@ -169,6 +169,41 @@ func TestTemplateAttacks(t *testing.T) {
 		uploadLink(ctx, t, d, taken.TemplateID, hash) // fails unless the files are asked for
 	})
 
+	t.Run("malformed requests", func(t *testing.T) {
+		tpl := requestTemplate(ctx, t, as(blue), "attack-malformed-"+run)
+		build := "/v2/templates/" + tpl.TemplateID + "/builds/" + tpl.BuildID
+		many := make([]any, 10_000)
+		for i := range many {
+			many[i] = map[string]any{"type": "ENV", "args": []string{"A", "1"}}
+		}
+		for _, tt := range []struct {
+			name, path string
+			body       any
+			want       int
+		}{
+			{"10,000 steps", build, map[string]any{"steps": many}, http.StatusBadRequest},
+			{"a body over 1 MiB", build, map[string]any{"steps": []any{map[string]any{"type": "RUN", "args": []string{strings.Repeat("x", 2<<20)}}}}, http.StatusBadRequest},
+			{"an unknown instruction", build, map[string]any{"steps": []any{map[string]any{"type": "ADD", "args": []string{"a", "b"}}}}, http.StatusBadRequest},
+			{"RUN without a command", build, map[string]any{"steps": []any{map[string]any{"type": "RUN", "args": []string{}}}}, http.StatusBadRequest},
+			{"COPY of files never uploaded", build, map[string]any{"steps": []any{map[string]any{"type": "COPY", "args": []string{"a", "/b"}, "filesHash": randomHexN(t, 32)}}}, http.StatusConflict},
+			{"COPY with a hash that is a path", build, map[string]any{"steps": []any{map[string]any{"type": "COPY", "args": []string{"a", "/b"}, "filesHash": "../../../../etc/passwd"}}}, http.StatusConflict},
+			{"registry credentials", build, map[string]any{"fromImage": "x", "fromImageRegistry": map[string]any{"type": "registry", "username": "u", "password": "p"}, "steps": []any{}}, http.StatusNotImplemented},
+			{"a name with a slash", "/v3/templates", map[string]any{"name": "a/b"}, http.StatusBadRequest},
+			{"a name going up", "/v3/templates", map[string]any{"name": "../x"}, http.StatusBadRequest},
+			{"no name", "/v3/templates", map[string]any{}, http.StatusBadRequest},
+			{"a bad tag", "/v3/templates", map[string]any{"name": "attack-tag-" + run, "tags": []string{"../x"}}, http.StatusBadRequest},
+		} {
+			status, body, err := as(blue).api(ctx, http.MethodPost, tt.path, tt.body)
+			if err != nil || status != tt.want {
+				t.Errorf("%s: %d %.200s %v, want %d", tt.name, status, body, err, tt.want)
+			}
+		}
+		// None of them started the build.
+		if st := getBuild(ctx, t, as(blue), tpl).Status; st != "waiting" {
+			t.Errorf("the build after the malformed requests: %s, want waiting", st)
+		}
+	})
+
 	t.Run("upload URLs", func(t *testing.T) {
 		tpl := requestTemplate(ctx, t, as(blue), "attack-urls-"+run)
 		hash := randomHexN(t, 32)
