@@ -79,13 +79,6 @@ func TestCheckpointsOnAFullDisk(t *testing.T) {
 	})
 
 	t.Run("checkpoints", func(t *testing.T) {
-		// Known, not fixed (found by this test): a pause that fails kills
-		// the sandbox, since gVisor's save without --leave-running kills
-		// its kernel whatever the outcome; and runsc reports ENOSPC as
-		// text, so that the engine answers 500 with runsc's message (a
-		// goroutine dump for a pause) rather than 503. Remove this skip
-		// with the fix.
-		t.Skip("known: a pause that fails on a full disk kills the sandbox; checkpoints on a full disk answer 500")
 		for _, tt := range []struct {
 			name, path string
 			body       any

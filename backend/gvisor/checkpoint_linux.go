@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	runc "github.com/containerd/go-runc"
@@ -95,14 +97,27 @@ func (b *Backend) checkpoint(ctx context.Context, id, dir string, keep bool) (re
 			os.RemoveAll(dir)
 		}
 	}()
-	var actions []runc.CheckpointAction
-	if keep {
-		actions = append(actions, runc.LeaveRunning)
-	}
 	rctx, cancel := oci.Context(ctx)
 	defer cancel()
-	if err := b.Cmd.Checkpoint(rctx, id, &runc.CheckpointOpts{ImagePath: dir}, actions...); err != nil {
-		return fmt.Errorf("sandbox %q: runsc checkpoint: %w", id, err)
+	// Always --leave-running: runsc's save without it ends the sandbox
+	// whatever the outcome, so a checkpoint that fails (a full disk)
+	// would lose it. A sandbox to be stopped is frozen first, so that it
+	// runs on no further than the saved state, and stopped by Checkpoint
+	// once saved; a failure thaws it.
+	if !keep {
+		if err := b.Cmd.Pause(rctx, id); err != nil {
+			return fmt.Errorf("sandbox %q: freeze for the checkpoint: %w", id, runscError(err))
+		}
+		defer func() {
+			if retErr != nil {
+				if err := b.Cmd.Resume(context.WithoutCancel(rctx), id); err != nil {
+					b.Log.Error("thaw a sandbox whose checkpoint failed", "sandbox", id, "err", err)
+				}
+			}
+		}()
+	}
+	if err := b.Cmd.Checkpoint(rctx, id, &runc.CheckpointOpts{ImagePath: dir}, runc.LeaveRunning); err != nil {
+		return fmt.Errorf("sandbox %q: runsc checkpoint: %w", id, runscError(err))
 	}
 	if err := oci.CopyFile(oci.ConsolePath(bundle), filepath.Join(dir, oci.CheckpointConsole)); err != nil {
 		b.Log.Warn("checkpoint without the sandbox's console", "sandbox", id, "err", err)
@@ -143,6 +158,21 @@ func (b *Backend) Restore(ctx context.Context, spec *backend.Spec, dir string) (
 		out.Resources.DiskBytes = m.DiskBytes
 	}
 	return b.boot(ctx, &out, dir)
+}
+
+// runscError is err of a runsc command, its output cut to its first line
+// (a failed save may print a goroutine dump), and a full disk told apart
+// (runsc reports ENOSPC as text).
+func runscError(err error) error {
+	msg := err.Error()
+	first, _, _ := strings.Cut(msg, "\n")
+	if len(first) > 500 {
+		first = first[:500] + "…"
+	}
+	if strings.Contains(msg, "no space left on device") {
+		return fmt.Errorf("%s: %w", first, syscall.ENOSPC)
+	}
+	return errors.New(first)
 }
 
 func readJSON(path string, v any) error {
