@@ -123,6 +123,9 @@ type Config struct {
 	// MaxSandboxesPerTeam caps the live sandboxes of one team (see
 	// Scope); zero means MaxSandboxes.
 	MaxSandboxesPerTeam int
+	// MaxSnapshotsPerTeam caps the snapshots one team keeps, each about
+	// its sandbox's memory on disk; zero means 100.
+	MaxSnapshotsPerTeam int
 
 	// OnKilled, when set, is called with a sandbox's id once it has been
 	// killed, whatever the reason (a request, its timeout, a crash). Data
@@ -182,6 +185,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StopRetry == 0 {
 		c.StopRetry = 30 * time.Second
+	}
+	if c.MaxSnapshotsPerTeam == 0 {
+		c.MaxSnapshotsPerTeam = 100
 	}
 	if err := c.validateAdmission(); err != nil {
 		return err

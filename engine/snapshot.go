@@ -53,6 +53,14 @@ func (e *Engine) CreateSnapshot(ctx context.Context, id, name string) (*Snapshot
 	e.mu.Lock()
 	rec := l.rec.Clone()
 	e.mu.Unlock()
+	if kept, _, err := e.store.ListSnapshots(ctx, store.SnapshotQuery{Team: rec.Team}); err != nil {
+		return nil, err
+	} else if len(kept) >= e.cfg.MaxSnapshotsPerTeam {
+		return nil, fmt.Errorf("snapshot: your team keeps %d snapshots, the most it may: delete some first: %w", len(kept), errdefs.ErrFailedPrecondition)
+	}
+	if err := e.checkHostDisk(); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
 	if name != "" {
 		if _, err := e.store.GetSnapshot(ctx, rec.Team, name); err == nil {
 			return nil, fmt.Errorf("snapshot %q exists: name another, or delete it first: %w", name, errdefs.ErrAlreadyExists)

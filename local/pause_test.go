@@ -345,3 +345,44 @@ func TestPauseOfFilesAloneReboots(t *testing.T) {
 	}
 	check("after a reboot of a pause with memory", third)
 }
+
+// TestSnapshotsPerTeamAreCapped checks that a team keeps no more snapshots
+// than the engine allows, each being a sandbox's memory on disk, and that
+// deleting one makes room.
+func TestSnapshotsPerTeamAreCapped(t *testing.T) {
+	s := newStack(t, engine.Config{MaxSnapshotsPerTeam: 2})
+	eng := s.rt.Engine()
+	ctx := engine.WithScope(context.Background(), engine.Scope{Team: "t1", Key: "k1"})
+	other := engine.WithScope(context.Background(), engine.Scope{Team: "t2", Key: "k2"})
+	src, err := eng.Create(ctx, engine.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first *engine.Snapshot
+	for i := range 2 {
+		sn, err := eng.CreateSnapshot(ctx, src.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = sn
+		}
+	}
+	if _, err := eng.CreateSnapshot(ctx, src.ID, ""); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "delete some") {
+		t.Errorf("a third snapshot: %v, want refused, saying to delete some", err)
+	}
+	// Another team's cap is its own.
+	osrc, err := eng.Create(other, engine.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.CreateSnapshot(other, osrc.ID, ""); err != nil {
+		t.Errorf("another team's first snapshot: %v", err)
+	}
+	if err := eng.DeleteSnapshot(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.CreateSnapshot(ctx, src.ID, ""); err != nil {
+		t.Errorf("a snapshot once one was deleted: %v", err)
+	}
+}
