@@ -7,7 +7,6 @@
 package template
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -197,6 +196,3 @@ func (t *Template) buildOf(id string) (*Build, error) {
 	}
 	return nil, fmt.Errorf("build %q of template %s: %w", id, t.ID, errdefs.ErrNotFound)
 }
-
-// ctxDone reports whether ctx is done, for loops that check it.
-func ctxDone(ctx context.Context) bool { return ctx.Err() != nil }
