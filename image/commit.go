@@ -172,6 +172,13 @@ func (s *Store) unpackOnDemand(ctx context.Context, r *record) error {
 			return fmt.Errorf("image %s: layer %s is missing: remove the image and build it again: %w", shortID(r.ID), l.Digest, errdefs.ErrFailedPrecondition)
 		}
 	}
+	// As every writer: a collection must not run meanwhile, or it would
+	// take the tree being built (in tmp/) or the one it is copied from.
+	end, err := s.beginWrite(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
 	_, err = s.ensureUnpacked(ctx, d, r.Layers, newReporter(nil))
 	return err
 }

@@ -153,7 +153,7 @@ func (b *Builder) RequestBuild(ctx context.Context, req Request) (*Template, *Bu
 	}
 	// Checked before the catalog's lock is taken (the image store may be
 	// slow to answer), and used only when the template is new.
-	nameErr := b.checkNewName(ctx, name)
+	nameErr := b.checkNewName(ctx, req.Team, name)
 	var out *Template
 	var build *Build
 	var dropped []string
@@ -199,12 +199,15 @@ func (b *Builder) RequestBuild(ctx context.Context, req Request) (*Template, *Bu
 // may not be named name: its builds would take over a name that the
 // daemon's templates and images have, which every team's sandboxes start
 // from ("base" first of all), or will have (the templates Tupper builds
-// by name, and their aliases).
-func (b *Builder) checkNewName(ctx context.Context, name string) error {
+// by name, and their aliases). An image of team's own that a template
+// once named (one the catalog lost, or a daemon sharing its image store
+// made) may be named again.
+func (b *Builder) checkNewName(ctx context.Context, team, name string) error {
 	_, recipe := image.Recipes[name]
 	_, alias := image.TemplateAliases[name]
-	_, rerr := b.cfg.Images.Resolve(ctx, name)
-	if recipe || alias || rerr == nil {
+	img, rerr := b.cfg.Images.Resolve(ctx, name)
+	ours := rerr == nil && team != "" && engine.ImageTeam(img) == team
+	if recipe || alias || rerr == nil && !ours {
 		return fmt.Errorf("template name %q is the name of one of the daemon's templates or images: choose another: %w", name, errdefs.ErrAlreadyExists)
 	}
 	if !errdefs.IsNotFound(rerr) {
