@@ -224,7 +224,15 @@ func TestOperations(t *testing.T) {
 		fmt.Sscan(port, &p)
 		return b.DialSandbox(ctx, id, p)
 	}}}
-	res, err := client.Get("http://sandbox:49983/health")
+	// The stand-in guest's agent may still be coming up on a loaded host:
+	// a refused connection is tried again for a while.
+	var res *http.Response
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if res, err = client.Get("http://sandbox:49983/health"); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
