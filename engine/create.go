@@ -174,6 +174,9 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 			return nil, fmt.Errorf("create: %w", err)
 		}
 	}
+	if sb, ok := e.takeWarm(ctx, opts); ok {
+		return sb, nil
+	}
 	// Before a turn is taken: a create that names a backend this host
 	// lacks fails at once.
 	be, err := e.backendNamed(ctx, opts.Backend)

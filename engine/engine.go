@@ -127,6 +127,13 @@ type Config struct {
 	// its sandbox's memory on disk; zero means 100.
 	MaxSnapshotsPerTeam int
 
+	// WarmPools are the templates of which sandboxes are kept booted
+	// ahead of demand (pool.go); WarmMemoryMB bounds the memory limits of
+	// all their waiting sandboxes together (zero: a quarter of the
+	// host's memory).
+	WarmPools    []PoolConfig
+	WarmMemoryMB int
+
 	// OnKilled, when set, is called with a sandbox's id once it has been
 	// killed, whatever the reason (a request, its timeout, a crash). Data
 	// planes use it to end the requests still open to that sandbox, whose
@@ -189,6 +196,13 @@ func (c *Config) Validate() error {
 	if c.MaxSnapshotsPerTeam == 0 {
 		c.MaxSnapshotsPerTeam = 100
 	}
+	if c.WarmMemoryMB == 0 {
+		if kb, ok := memTotalKB(); ok {
+			c.WarmMemoryMB = int(kb >> 10 / 4)
+		} else {
+			c.WarmMemoryMB = 4 * c.DefaultMemoryMB
+		}
+	}
 	if err := c.validateAdmission(); err != nil {
 		return err
 	}
@@ -224,6 +238,9 @@ type Engine struct {
 	bmu      sync.Mutex
 	backends map[string]*openedBackend
 	bclosed  bool
+	// pools are the warm pools (pool.go); nil when none is configured
+	// (or before New starts them).
+	pools *warmPools
 	// bg bounds the work the engine starts on its own (timeouts); Close
 	// cancels it and waits.
 	bg     context.Context
@@ -287,6 +304,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e.leasePrefix = leasePrefix(cfg.Root)
 	if err := e.recover(ctx); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.startPools(ctx); err != nil {
 		e.Close()
 		return nil, err
 	}

@@ -255,9 +255,10 @@ func (e *Engine) List(ctx context.Context, opts ListOptions) ([]*Sandbox, string
 	if err != nil {
 		return nil, "", err
 	}
-	// A sandbox whose kill is under way is gone for its users already.
+	// A sandbox whose kill is under way is gone for its users already;
+	// one waiting in a warm pool is nobody's yet.
 	list = slices.DeleteFunc(list, func(sb *Sandbox) bool {
-		return (sb.State == store.StateRunning || sb.State == store.StatePaused) && !e.isLive(sb.ID)
+		return sb.Team == poolTeam || (sb.State == store.StateRunning || sb.State == store.StatePaused) && !e.isLive(sb.ID)
 	})
 	return list, next, nil
 }

@@ -28,6 +28,9 @@ type sandboxJSON struct {
 	TrafficAccessToken *string `json:"trafficAccessToken"`
 	// Backend is Tupper's extension: the backend the sandbox runs on.
 	Backend string `json:"backend,omitempty"`
+	// Warm is Tupper's extension: the sandbox came from a warm pool,
+	// booted before its create.
+	Warm bool `json:"warm,omitempty"`
 }
 
 // listedSandboxJSON is one entry of a listing.
@@ -113,6 +116,7 @@ func (s *Server) sandboxJSON(sb *engine.Sandbox) sandboxJSON {
 	out := sandboxJSON{
 		TemplateID: sb.TemplateID, SandboxID: sb.ID, ClientID: clientID, EnvdVersion: proto.EnvdVersion,
 		Alias: sb.TemplateID, EnvdAccessToken: sb.AccessToken, Domain: s.cfg.Domain, Backend: sb.Backend,
+		Warm: sb.Warm,
 	}
 	if !publicTraffic(sb.Network) {
 		tok := trafficToken(sb.AccessToken)

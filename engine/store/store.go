@@ -105,6 +105,9 @@ type Sandbox struct {
 	MemoryKept bool      `json:"memoryKept,omitempty"`
 	// SnapshotID is the snapshot the sandbox was started from, if any.
 	SnapshotID string `json:"snapshotID,omitempty"`
+	// Warm says the sandbox came from a warm pool, booted before its
+	// create.
+	Warm bool `json:"warm,omitempty"`
 	// CodeInterpreterPort is where the sandbox serves Tupper's code
 	// interpreter (its image says so), or 0. The daemon hands that port
 	// the envd token that E2B's code-interpreter SDKs send to it.

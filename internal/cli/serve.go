@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -42,6 +44,9 @@ type serveOptions struct {
 	// buildEgress is the egress of template build sandboxes: "allow" or
 	// "deny".
 	buildEgress string
+	// warm are the warm pools, TEMPLATE=N each; warmMemory bounds them.
+	warm       []string
+	warmMemory sizeFlag
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -79,6 +84,8 @@ Go SDK's CreateOptions.Backend. The daemon opens it on first use, under
 	f.StringVar(&o.defaultTemplate, "default-template", "", `template of creates that name none (default "base")`)
 	f.Var(&o.disk, "disk", "disk size of each sandbox (its writes, /tmp included) unless its create asks for another, such as 10G (default 10G, or --max-disk when smaller)")
 	f.Var(&o.maxDisk, "max-disk", "largest disk size a create may ask for (default 100G, or --disk when larger)")
+	f.StringSliceVar(&o.warm, "warm", nil, "keep N sandboxes of TEMPLATE booted ahead of demand (TEMPLATE=N; repeatable): creates of it with default limits, no environment variables and no volumes take one at once")
+	f.Var(&o.warmMemory, "warm-memory", "the most memory all warm sandboxes may be given together, such as 4G (default a quarter of the host's)")
 	f.StringVar(&o.buildEgress, "build-egress", "allow", `egress of template build sandboxes: "allow" (apt, pip and npm installs reach the internet) or "deny"`)
 	o.net.register(f)
 	o.admit.register(f)
@@ -142,6 +149,10 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	pools, err := parseWarm(o.warm)
+	if err != nil {
+		return err
+	}
 	rt, err := local.Open(ctx, local.Config{
 		Root: root, ImageRoot: o.imageRoot, Backend: g.backend, BackendOptions: backendOpts, Logger: log, Network: hostNet,
 		Engine: engine.Config{
@@ -149,6 +160,7 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 			DefaultDiskMB: o.disk.mb, MaxDiskMB: o.maxDisk.mb,
 			MaxCreating: o.admit.creating, MaxQueued: o.admit.queued, QueueWait: o.admit.queueWait, MaxSandboxes: o.admit.sandboxes,
 			MaxSandboxesPerTeam: o.admit.perTeam,
+			WarmPools:           pools, WarmMemoryMB: o.warmMemory.mb,
 		},
 	})
 	if err != nil {
@@ -192,4 +204,18 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 		}
 	}
 	return err
+}
+
+// parseWarm reads the --warm flags, TEMPLATE=N each.
+func parseWarm(flags []string) ([]engine.PoolConfig, error) {
+	var out []engine.PoolConfig
+	for _, f := range flags {
+		name, n, ok := strings.Cut(f, "=")
+		size, err := strconv.Atoi(n)
+		if !ok || name == "" || err != nil || size < 0 || size > 1000 {
+			return nil, fmt.Errorf("--warm %q: want TEMPLATE=N, N from 0 to 1000: %w", f, errdefs.ErrInvalidArgument)
+		}
+		out = append(out, engine.PoolConfig{Template: name, Size: size})
+	}
+	return out, nil
 }
