@@ -1,6 +1,7 @@
 package files
 
 import (
+	"bufio"
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
@@ -61,7 +62,16 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request) {
 	case mediaType == "application/octet-stream":
 		written, err = h.uploadRaw(r, body, u)
 	case strings.HasPrefix(mediaType, "multipart/") && params["boundary"] != "":
-		written, err = h.uploadMultipart(r, multipart.NewReader(body, params["boundary"]), u)
+		// multipart.Reader refills its own 4 KiB buffer with one read
+		// of what it is given. Given the body itself, every refill was a
+		// read of the connection, a system call that gVisor makes
+		// expensive: 64 MiB took 16,000 of them and moved at 33 MB/s,
+		// where the same file sent as application/octet-stream moved at
+		// 220 MB/s. The E2B JS SDK sends every files.write of bytes or
+		// text as multipart. Refilled from a large buffer, it copies
+		// memory instead.
+		br := bufio.NewReaderSize(body, multipartBufferSize)
+		written, err = h.uploadMultipart(r, multipart.NewReader(br, params["boundary"]), u)
 	default:
 		err = fmt.Errorf("content type %q: want multipart/form-data or application/octet-stream: %w",
 			r.Header.Get("Content-Type"), errdefs.ErrNotSupported)
@@ -77,6 +87,11 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(written)
 }
+
+// multipartBufferSize is the buffer a multipart upload is parsed from. It
+// matches userfs's write blocks, so that a part's data reaches the file in
+// about as few system calls as a raw upload's.
+const multipartBufferSize = 1 << 20
 
 // maxDrain is how much of an upload's unread body the handler reads and
 // discards after a failure before it answers.
