@@ -171,6 +171,33 @@ if [ -d "$root/etc/sudoers.d" ]; then
 fi
 `
 
+// loginShellHook makes a login shell of the built tree ($1) cheap without
+// changing what it sets up. Every command the E2B SDKs send runs as
+// "bash -l -c", and in a gVisor sandbox each fork and exec costs several
+// milliseconds (BENCHMARKS.md, "The command path"), so a login shell that
+// forks is a large part of every command. Debian's /etc/profile runs "id -u"
+// in a command substitution (a fork, then an exec of id) to choose PATH, and
+// root's ~/.profile runs "mesg n" whether or not there is a terminal:
+//
+//   - /etc/profile asks for "${EUID:-$(id -u)}": bash knows its effective
+//     uid as $EUID, the same number id prints, and shells without it (dash
+//     as sh -l) still run id.
+//   - root's "mesg n" runs only when stdin is a terminal, the only case
+//     where it does anything: without one it fails, silenced, and changes
+//     nothing.
+//
+// Lines that differ from Debian's are left alone, so a future release's
+// files stay as they come.
+const loginShellHook = `set -e
+root="$1"
+if [ -f "$root/etc/profile" ] && [ ! -L "$root/etc/profile" ]; then
+	sed -i 's/"$(id -u)"/"${EUID:-$(id -u)}"/' "$root/etc/profile"
+fi
+if [ -f "$root/root/.profile" ] && [ ! -L "$root/root/.profile" ]; then
+	sed -i 's/^mesg n 2> \/dev\/null || true$/if [ -t 0 ]; then mesg n 2> \/dev\/null || true; fi/' "$root/root/.profile"
+fi
+`
+
 // buildLogTail is how many lines of the builder's output an error quotes.
 const buildLogTail = 15
 
@@ -211,6 +238,7 @@ func (s *Store) BuildDebian(ctx context.Context, name string, opts BuildOptions,
 	if len(opts.Packages) > 0 {
 		args = append(args, "--include="+strings.Join(opts.Packages, ","))
 	}
+	args = append(args, "--customize-hook="+loginShellHook)
 	if !opts.NoUser {
 		args = append(args, "--customize-hook="+userHook)
 	}

@@ -111,6 +111,7 @@ func TestBuildDebian(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != "user /home/user" {
 		t.Errorf("bash as user: %v: %q", err, out)
 	}
+	checkLoginShell(t, root)
 	if got, err := s.Resolve(ctx(t), "tiny"); err != nil || got.ID != img.ID {
 		t.Errorf("Resolve(tiny) = %v, %v", got, err)
 	}
