@@ -180,8 +180,10 @@ fi
 // root's ~/.profile runs "mesg n" whether or not there is a terminal:
 //
 //   - /etc/profile asks for "${EUID:-$(id -u)}": bash knows its effective
-//     uid as $EUID, the same number id prints, and shells without it (dash
-//     as sh -l) still run id.
+//     uid as $EUID (read-only, whatever the environment says), the same
+//     number id prints, and shells without it (dash as sh -l) still run id
+//     unless their caller exported an EUID, which then picks only the PATH
+//     and prompt of that caller's own shell.
 //   - root's "mesg n" runs only when stdin is a terminal, the only case
 //     where it does anything: without one it fails, silenced, and changes
 //     nothing.
