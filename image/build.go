@@ -179,11 +179,12 @@ fi
 // in a command substitution (a fork, then an exec of id) to choose PATH, and
 // root's ~/.profile runs "mesg n" whether or not there is a terminal:
 //
-//   - /etc/profile asks for "${EUID:-$(id -u)}": bash knows its effective
-//     uid as $EUID (read-only, whatever the environment says), the same
-//     number id prints, and shells without it (dash as sh -l) still run id
-//     unless their caller exported an EUID, which then picks only the PATH
-//     and prompt of that caller's own shell.
+//   - /etc/profile asks for "${EUID:-$(id -u)}": bash sets $EUID to its
+//     effective uid, the number id prints, and shells without it (dash as
+//     sh -l) still run id. Like every script that reads $EUID, the test
+//     believes an EUID exported by the caller (bash keeps one it inherits):
+//     that picks the PATH and prompt of the caller's own shell and grants
+//     nothing.
 //   - root's "mesg n" runs only when stdin is a terminal, the only case
 //     where it does anything: without one it fails, silenced, and changes
 //     nothing.
