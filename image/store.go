@@ -222,6 +222,25 @@ func (s *Store) Resolve(ctx context.Context, name string) (*Image, error) {
 	return img, nil
 }
 
+// Lookup is Resolve without unpacking: it returns the image name means
+// whether its root filesystem is there or not (Image.RootFS may not
+// exist). A build's cache is looked up so: a cached step's image is
+// unpacked only if a sandbox boots from it.
+func (s *Store) Lookup(ctx context.Context, name string) (*Image, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	idx, err := s.readIndex()
+	if err != nil {
+		return nil, err
+	}
+	r, _ := idx.lookup(name)
+	if r == nil {
+		return nil, notFound(name)
+	}
+	return s.image(idx, r), nil
+}
+
 // List returns every image in the store, ordered by first name.
 func (s *Store) List(ctx context.Context) ([]*Image, error) {
 	if err := ctx.Err(); err != nil {

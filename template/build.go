@@ -242,7 +242,9 @@ func (b *Builder) build(ctx context.Context, t *Template, buildID string, spec S
 			if slices.ContainsFunc(spec.Steps[:i], func(s Step) bool { return s.Force }) {
 				continue
 			}
-			if img, err := b.cfg.Images.Resolve(ctx, cacheName(keys[i-1])); err == nil {
+			// Looked up, not resolved: a cached image is unpacked only if
+			// a build sandbox boots from it, never just to be found.
+			if img, err := b.cfg.Images.Lookup(ctx, cacheName(keys[i-1])); err == nil {
 				start, cur = i, img
 				break
 			}
