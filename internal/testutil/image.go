@@ -29,7 +29,7 @@ var TestImagePackages = []string{"bash", "coreutils", "python3", "procps", "curl
 
 // testImageRecipe changes whenever the way the test image is made changes,
 // so that caches made the old way are not used.
-const testImageRecipe = "1"
+const testImageRecipe = "2"
 
 // testImage is one kind of test image: what it is built from, and the
 // repository its names live under in the cache's store.
