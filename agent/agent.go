@@ -94,7 +94,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	token := accesstoken.New(cfg.AccessToken)
 	mux.Handle("/files", files.New(files.Config{DefaultUser: cfg.DefaultUser, AccessToken: token, Logger: cfg.Logger}))
 	st := status.New(status.Config{Env: cfg.Env, Logger: cfg.Logger})
-	health := st
+	var health http.Handler = st
 	if cfg.Start != nil {
 		sc := *cfg.Start
 		sc.Procs = procs
@@ -110,7 +110,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	mux.Handle("/health", health)
 	mux.Handle("/envs", st)
 	mux.Handle("/metrics", st)
-	ih := &initHandler{token: token, tokenChanged: cfg.TokenChanged, log: cfg.Logger.With("op", "init")}
+	ih := &initHandler{token: token, tokenChanged: cfg.TokenChanged, log: cfg.Logger.With("op", "init"),
+		addEnv: func(vars map[string]string) { procs.AddEnv(vars); st.AddEnv(vars) }}
 	if cfg.Network != nil {
 		n := *cfg.Network // /init updates its copy
 		ih.net = &n

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"regexp"
+	"strings"
 	"sync"
 
 	"github.com/lightbearco/tupper/agent/accesstoken"
@@ -34,10 +36,11 @@ type Network struct {
 // initRequest is the body of POST /init; every field is optional, and an
 // absent one changes nothing.
 type initRequest struct {
-	AccessToken *string `json:"accessToken"`
-	Nameserver  *string `json:"nameserver"`
-	SandboxAddr *string `json:"sandboxAddr"`
-	Hostname    *string `json:"hostname"`
+	AccessToken *string           `json:"accessToken"`
+	Nameserver  *string           `json:"nameserver"`
+	SandboxAddr *string           `json:"sandboxAddr"`
+	Hostname    *string           `json:"hostname"`
+	EnvVars     map[string]string `json:"envVars"`
 }
 
 // initChange is a checked initRequest.
@@ -46,6 +49,7 @@ type initChange struct {
 	nameserver netip.Addr
 	addr       netip.Addr
 	hostname   string
+	env        map[string]string // added to the commands' environment
 }
 
 // network reports whether c changes the network files.
@@ -61,7 +65,9 @@ func (c initChange) network() bool {
 type initHandler struct {
 	token        *accesstoken.Token
 	tokenChanged func(string)
-	log          *slog.Logger
+	// addEnv adds variables to the environment of the commands to come.
+	addEnv func(map[string]string)
+	log    *slog.Logger
 
 	mu  sync.Mutex
 	net *Network // nil: /init may not touch the network files
@@ -97,7 +103,7 @@ func readInit(w http.ResponseWriter, r *http.Request) (initChange, error) {
 		if errors.As(err, &tooBig) {
 			return c, fmt.Errorf("body over %d KiB: %w", maxInitBody>>10, errdefs.ErrInvalidArgument)
 		}
-		return c, fmt.Errorf(`body: %v; want a JSON object with "accessToken", "nameserver", "sandboxAddr", "hostname", each optional: %w`, err, errdefs.ErrInvalidArgument)
+		return c, fmt.Errorf(`body: %v; want a JSON object with "accessToken", "nameserver", "sandboxAddr", "hostname", "envVars", each optional: %w`, err, errdefs.ErrInvalidArgument)
 	}
 	if err := dec.Decode(&struct{}{}); err != io.EOF {
 		return c, fmt.Errorf("body: something follows the JSON object: %w", errdefs.ErrInvalidArgument)
@@ -125,8 +131,17 @@ func readInit(w http.ResponseWriter, r *http.Request) (initChange, error) {
 		}
 		c.hostname = *req.Hostname
 	}
+	for k, v := range req.EnvVars {
+		if !envName.MatchString(k) || strings.HasPrefix(k, "TUPPER_") || strings.ContainsRune(v, 0) {
+			return c, fmt.Errorf("envVars: %q: names are letters, digits and '_' (not starting with a digit or TUPPER_), values hold no NUL: %w", k, errdefs.ErrInvalidArgument)
+		}
+	}
+	c.env = req.EnvVars
 	return c, nil
 }
+
+// envName is what a variable's name may be.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // parseInitAddr parses an address /init may write into resolv.conf or
 // hosts: a unicast IPv4 or IPv6 address without a zone.
@@ -210,6 +225,13 @@ func (h *initHandler) apply(c initChange) error {
 		if c.nameserver.IsValid() {
 			changed = append(changed, "nameserver", c.nameserver.String())
 		}
+	}
+	if len(c.env) > 0 {
+		if h.addEnv == nil {
+			return fmt.Errorf("this agent takes no environment through /init: %w", errdefs.ErrFailedPrecondition)
+		}
+		h.addEnv(c.env)
+		changed = append(changed, "envVars", len(c.env))
 	}
 	if c.token != "" {
 		h.token.Set(c.token)

@@ -238,7 +238,10 @@ func TestInitRefuses(t *testing.T) {
 		{name: "malformed JSON", body: `{"accessToken":`, want: 400},
 		{name: "empty body", body: ``, want: 400},
 		{name: "not an object", body: `["` + newToken + `"]`, want: 400},
-		{name: "unknown field", body: `{"accessToken":"` + newToken + `","envVars":{}}`, want: 400},
+		{name: "unknown field", body: `{"accessToken":"` + newToken + `","defaultUser":"root"}`, want: 400},
+		{name: "bad variable name", body: `{"envVars":{"1X":"v"}}`, want: 400},
+		{name: "reserved variable", body: `{"envVars":{"TUPPER_ACCESS_TOKEN":"x"}}`, want: 400},
+		{name: "NUL in a value", body: `{"envVars":{"X":"a\u0000b"}}`, want: 400},
 		{name: "field of the wrong type", body: `{"nameserver":10}`, want: 400},
 		{name: "trailing data", body: `{"accessToken":"` + newToken + `"} {}`, want: 400},
 		{name: "over 64 KiB", body: `{"hostname":"` + strings.Repeat("a", 64<<10) + `"}`, want: 400},
@@ -314,5 +317,30 @@ func TestInitRefuses(t *testing.T) {
 				t.Errorf("files written: %v", f)
 			}
 		})
+	}
+}
+
+// TestInitAddsEnvironment checks that /init's envVars join the
+// environment the agent reports (/envs) and gives the commands to come,
+// replacing variables of the same names: a sandbox from a warm pool gets
+// its create's environment so.
+func TestInitAddsEnvironment(t *testing.T) {
+	a := startInitAgent(t, oldToken, false)
+	if status, body := a.init(t, oldToken, `{"envVars":{"GREETING":"hello","PATH":"/opt/bin:/usr/bin:/bin"}}`); status != http.StatusNoContent {
+		t.Fatalf("/init: %d %s, want 204", status, body)
+	}
+	req, _ := http.NewRequest(http.MethodGet, a.url+"/envs", nil)
+	req.Header.Set("X-Access-Token", oldToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var env map[string]string
+	if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+		t.Fatal(err)
+	}
+	if env["GREETING"] != "hello" || env["PATH"] != "/opt/bin:/usr/bin:/bin" {
+		t.Errorf("/envs after /init: %v", env)
 	}
 }

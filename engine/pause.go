@@ -259,7 +259,16 @@ func (e *Engine) restore(ctx context.Context, be backend.Backend, cp backend.Che
 // and its own address) and its access token, through the agent's /init,
 // which answers to token, the token it was saved with.
 func (e *Engine) reinit(ctx context.Context, be backend.Backend, sb *Sandbox, nameserver, token string) error {
-	body := map[string]string{}
+	return e.initAgent(ctx, be, sb, nameserver, token, nil)
+}
+
+// initAgent is reinit that also adds env to the environment of the
+// sandbox's commands to come.
+func (e *Engine) initAgent(ctx context.Context, be backend.Backend, sb *Sandbox, nameserver, token string, env map[string]string) error {
+	body := map[string]any{}
+	if len(env) > 0 {
+		body["envVars"] = env
+	}
 	if sb.AccessToken != token {
 		body["accessToken"] = sb.AccessToken
 	}

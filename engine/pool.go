@@ -47,8 +47,10 @@ type warmPool struct {
 	// filling counts the boots under way.
 	idle    []string
 	filling int
-	// memoryMB is what one of its sandboxes may use, once known.
-	memoryMB int
+	// memoryMB is what one of its sandboxes may use, once known;
+	// interpreter says they serve a code interpreter.
+	memoryMB    int
+	interpreter bool
 }
 
 // poolRetry is how long the filler waits after a failed boot, and how
@@ -153,7 +155,7 @@ func (e *Engine) fillOne() bool {
 	p.filling--
 	if err == nil {
 		p.idle = append(p.idle, sb.ID)
-		p.memoryMB = sb.MemoryMB
+		p.memoryMB, p.interpreter = sb.MemoryMB, sb.CodeInterpreterPort != 0
 	}
 	e.pools.mu.Unlock()
 	if err != nil {
@@ -179,12 +181,20 @@ func (e *Engine) wakePools() {
 
 // warmable reports whether a pool sandbox of template can serve a create
 // with opts: the template's image at the engine's default limits, with no
-// environment and no volumes of its own (a booted agent keeps the
-// environment it started with).
+// volumes of its own, and an environment that the agent's /init carries
+// (it bounds its body).
 func warmable(opts *CreateOptions) bool {
+	envBytes := 0
+	for k, v := range opts.Env {
+		envBytes += len(k) + len(v) + 8
+	}
 	return opts.Image == "" && opts.Backend == "" && opts.CPUs == 0 && opts.MemoryMB == 0 && opts.DiskMB == 0 &&
-		opts.Pids == 0 && len(opts.Env) == 0 && len(opts.VolumeMounts) == 0
+		opts.Pids == 0 && envBytes <= maxWarmEnv && len(opts.VolumeMounts) == 0
 }
+
+// maxWarmEnv bounds the environment a warm hand-out carries, well within
+// the 64 KiB of the agent's /init.
+const maxWarmEnv = 48 << 10
 
 // takeWarm hands a pool sandbox to the create of opts on ctx, when a pool
 // serves it and has one; false means: create it cold.
@@ -199,7 +209,9 @@ func (e *Engine) takeWarm(ctx context.Context, opts CreateOptions) (*Sandbox, bo
 	e.pools.mu.Lock()
 	var id string
 	for _, p := range e.pools.pools {
-		if p.cfg.Template == template && len(p.idle) > 0 {
+		// A code interpreter's kernels keep the environment they started
+		// with: a create with its own goes cold there.
+		if p.cfg.Template == template && len(p.idle) > 0 && (len(opts.Env) == 0 || !p.interpreter) {
 			id, p.idle = p.idle[0], p.idle[1:]
 			break
 		}
@@ -220,8 +232,9 @@ func (e *Engine) takeWarm(ctx context.Context, opts CreateOptions) (*Sandbox, bo
 	return sb, true
 }
 
-// adopt makes pool sandbox id the create's: a new access token, the
-// create's network policy, owners, metadata, timeout and lifecycle.
+// adopt makes pool sandbox id the create's: a new access token and the
+// create's environment (the agent's /init), its network policy, owners,
+// metadata, timeout and lifecycle.
 func (e *Engine) adopt(ctx context.Context, id, template string, opts CreateOptions) (*Sandbox, error) {
 	l, err := e.liveOf(id)
 	if err != nil {
@@ -251,7 +264,7 @@ func (e *Engine) adopt(ctx context.Context, id, template string, opts CreateOpti
 	token := newToken()
 	next := *rec
 	next.AccessToken = token
-	if err := e.reinit(ctx2, l.be, &next, "", rec.AccessToken); err != nil {
+	if err := e.initAgent(ctx2, l.be, &next, "", rec.AccessToken, opts.Env); err != nil {
 		return nil, err
 	}
 	timeout := opts.Timeout
@@ -264,7 +277,7 @@ func (e *Engine) adopt(ctx context.Context, id, template string, opts CreateOpti
 	sb, err := e.updateRecord(ctx2, id, func(sb *Sandbox) error {
 		now := time.Now().UTC()
 		sb.Team, sb.Creator, sb.AccessToken = team, creator, token
-		sb.TemplateID, sb.Metadata = template, opts.Metadata
+		sb.TemplateID, sb.Metadata, sb.Env = template, opts.Metadata, opts.Env
 		sb.Network, sb.AllowInternetAccess = network, internet
 		sb.Secure, sb.AutoPause, sb.AutoPauseMemory, sb.AutoResume = opts.Secure, opts.AutoPause, opts.AutoPauseMemory, opts.AutoResume
 		sb.StartedAt, sb.Timeout, sb.EndAt, sb.Warm = now, timeout, now.Add(timeout), true

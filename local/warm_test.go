@@ -14,7 +14,7 @@ import (
 
 // TestWarmPool checks a warm pool as its users rely on it: a create of the
 // pool's template takes a booted sandbox (and says so), with the create's
-// owners, metadata, policy and a token of its own; a warm sandbox handed
+// owners, metadata, environment, policy and a token of its own; a warm sandbox handed
 // to a second user carries nothing of the first's; the pool refills after
 // a burst, keeps within its memory budget, and its waiting sandboxes are
 // nobody's to list.
@@ -61,7 +61,7 @@ func TestWarmPool(t *testing.T) {
 	// Bob's create, with a policy of its own, takes another warm sandbox:
 	// none of alice's files or processes, and his own token and policy.
 	deny := &netpolicy.Policy{DenyOut: []string{netpolicy.AllTrafficV4, netpolicy.AllTrafficV6}}
-	b, err := eng.Create(bob, engine.CreateOptions{Network: deny})
+	b, err := eng.Create(bob, engine.CreateOptions{Network: deny, Env: map[string]string{"GREETING": "hello bob"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +74,10 @@ func TestWarmPool(t *testing.T) {
 	}
 	if res := run(t, bsb, "cat /tmp/mine ~/mine 2>&1; pgrep -f 'alice[-]marker' || echo none"); !strings.HasSuffix(res.Stdout, "none\n") || strings.Contains(res.Stdout, "alice\n") {
 		t.Errorf("bob's warm sandbox shows alice's: %q", res.Stdout)
+	}
+	// His environment reaches his commands.
+	if res := run(t, bsb, `echo "$GREETING"`); res.Stdout != "hello bob\n" {
+		t.Errorf("bob's environment in his warm sandbox: %q", res.Stdout)
 	}
 	// His policy holds: the resolver refuses every name.
 	if res, _ := bsb.Commands.Run(ctx, "getent hosts example.com || echo refused"); res == nil || !strings.Contains(res.Stdout, "refused") {

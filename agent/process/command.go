@@ -84,7 +84,7 @@ func (s *Service) resolve(u *identity.User, req *pb.StartRequest) (*command, err
 	}
 	c.dir = dir
 
-	c.env = buildEnv(s.cfg.Env, u, cfg.GetEnvs(), c.pty != nil)
+	c.env = buildEnv(*s.env.Load(), u, cfg.GetEnvs(), c.pty != nil)
 	exe, argv0, err := resolveExecutable(cfg.GetCmd(), lookupEnv(c.env, "PATH"), dir)
 	if err != nil {
 		return nil, err

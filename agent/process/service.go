@@ -12,9 +12,11 @@ package process
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/lightbearco/tupper/agent/identity"
 	"github.com/lightbearco/tupper/errdefs"
@@ -62,6 +64,9 @@ func (c *Config) Validate() error {
 type Service struct {
 	cfg Config
 	log *slog.Logger
+	// env is the base environment of the commands to come: cfg.Env, and
+	// what AddEnv added since.
+	env atomic.Pointer[[]string]
 
 	mu    sync.Mutex
 	procs map[uint32]*handle // running processes by pid
@@ -76,7 +81,27 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, log: cfg.Logger, procs: make(map[uint32]*handle)}, nil
+	s := &Service{cfg: cfg, log: cfg.Logger, procs: make(map[uint32]*handle)}
+	env := slices.Clone(cfg.Env)
+	s.env.Store(&env)
+	return s, nil
+}
+
+// AddEnv sets vars in the base environment of the commands started from
+// now on, replacing those of the same names (a sandbox handed out from a
+// warm pool gets its create's environment so).
+func (s *Service) AddEnv(vars map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	env := slices.DeleteFunc(slices.Clone(*s.env.Load()), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		_, replaced := vars[k]
+		return replaced
+	})
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		env = append(env, k+"="+vars[k])
+	}
+	s.env.Store(&env)
 }
 
 // add records a freshly started process.

@@ -27,7 +27,7 @@ type Metrics struct {
 // milliseconds of jiffies say nothing.
 const minCPUWindow = 100 * time.Millisecond
 
-func (h *handler) metrics(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 	m, err := h.collect(r.Context())
 	if err != nil {
 		h.log.Error("metrics", "err", err)
@@ -37,7 +37,7 @@ func (h *handler) metrics(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, m)
 }
 
-func (h *handler) collect(ctx context.Context) (*Metrics, error) {
+func (h *Handler) collect(ctx context.Context) (*Metrics, error) {
 	pct, err := h.cpuPercent(ctx)
 	if err != nil {
 		return nil, err
@@ -66,7 +66,7 @@ func (h *handler) collect(ctx context.Context) (*Metrics, error) {
 
 // cpuPercent measures CPU use since the previous call, or over
 // minCPUWindow when that was too recent.
-func (h *handler) cpuPercent(ctx context.Context) (float64, error) {
+func (h *Handler) cpuPercent(ctx context.Context) (float64, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now, err := readCPU()

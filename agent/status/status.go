@@ -5,6 +5,7 @@ package status
 import (
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -27,11 +28,12 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// handler serves /health, /envs and /metrics. It is safe for concurrent
+// Handler serves /health, /envs and /metrics. It is safe for concurrent
 // use.
-type handler struct {
-	env map[string]string
-	log *slog.Logger
+type Handler struct {
+	envMu sync.Mutex
+	env   map[string]string
+	log   *slog.Logger
 
 	// mu guards prev, the CPU counters of the last /metrics call, against
 	// which the next call measures CPU use.
@@ -41,9 +43,9 @@ type handler struct {
 
 // New returns the status handler. Mount it at /health, /envs and /metrics;
 // it routes on the request path and answers 404 for any other.
-func New(cfg Config) http.Handler {
+func New(cfg Config) *Handler {
 	cfg.Validate()
-	h := &handler{env: envMap(cfg.Env), log: cfg.Logger.With("op", "status")}
+	h := &Handler{env: envMap(cfg.Env), log: cfg.Logger.With("op", "status")}
 	// A first sample now lets the first /metrics call report use since the
 	// agent started instead of waiting to measure.
 	if s, err := readCPU(); err == nil {
@@ -52,7 +54,17 @@ func New(cfg Config) http.Handler {
 	return h
 }
 
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// AddEnv sets vars in the environment /envs reports (see
+// process.Service.AddEnv).
+func (h *Handler) AddEnv(vars map[string]string) {
+	h.envMu.Lock()
+	defer h.envMu.Unlock()
+	env := maps.Clone(h.env)
+	maps.Copy(env, vars)
+	h.env = env
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		writeJSONError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path)
@@ -64,7 +76,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusNoContent)
 	case "/envs":
-		writeJSON(w, h.env)
+		h.envMu.Lock()
+		env := h.env
+		h.envMu.Unlock()
+		writeJSON(w, env)
 	case "/metrics":
 		h.metrics(w, r)
 	default:
