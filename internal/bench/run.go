@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -167,7 +168,7 @@ func (b *bench) declare() {
 	add(KeyRawExec, "runsc exec /bin/true", SectionRaw, UnitMS, n)
 	if b.cfg.JS == nil {
 		for _, f := range b.rep.Figures {
-			if f.Key == KeyCommandJS || f.Section == SectionTransfer && f.Key[len(f.Key)-2:] == "js" {
+			if isJS(f) {
 				f.Skip(b.cfg.JSSkip)
 			}
 		}
@@ -346,7 +347,7 @@ func (b *bench) js(ctx context.Context, id string) {
 	if err != nil {
 		// The runs that did not report failed with it.
 		for _, f := range b.rep.Figures {
-			if f.Key == KeyCommandJS || f.Section == SectionTransfer && f.Key[len(f.Key)-2:] == "js" {
+			if isJS(f) {
 				for range f.Runs - len(f.Samples) {
 					f.Fail(err)
 				}
@@ -462,6 +463,9 @@ func (b *bench) killAll(ctx context.Context, sandboxes []*sdk.Sandbox) {
 	}
 	wg.Wait()
 }
+
+// isJS reports whether f is measured through the JS SDK.
+func isJS(f *Figure) bool { return strings.HasSuffix(f.Key, "-js") }
 
 // outcome says in a few words what a figure's runs gave.
 func outcome(f *Figure) string {
