@@ -38,6 +38,11 @@ type duplexBody struct {
 	// sem holds the right to read: a Read takes it for its duration, and
 	// finish takes it for good.
 	sem chan struct{}
+	// fill makes each Read fill its buffer unless the body ends or
+	// fails first. Set for uploads, whose bodies the agent wants whole:
+	// the client's writes then reach the sandbox in large blocks (see
+	// blockConn) instead of piece by piece as they come.
+	fill bool
 }
 
 // enableFullDuplex switches r's response to full duplex and returns the
@@ -60,7 +65,18 @@ func (b *duplexBody) Read(p []byte) (int, error) {
 		return 0, http.ErrBodyReadAfterClose
 	}
 	defer func() { b.sem <- struct{}{} }()
-	return b.body.Read(p)
+	if !b.fill {
+		return b.body.Read(p)
+	}
+	n := 0
+	for n < len(p) {
+		m, err := b.body.Read(p[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // Close does nothing: the server closes the request body after the

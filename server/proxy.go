@@ -148,6 +148,7 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *proxyTarget) {
 	out := r.WithContext(context.WithValue(r.Context(), targetKey{}, t))
 	if body := enableFullDuplex(w, r); body != nil {
+		body.fill = t.agent && r.Method == http.MethodPost && r.URL.Path == "/files"
 		out.Body = body
 		defer body.finish(w)
 	}

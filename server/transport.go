@@ -21,7 +21,11 @@ func newAgentTransport(e *engine.Engine, dialTimeout time.Duration) *http.Transp
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 			defer cancel()
-			return e.DialContext(ctx, network, addr)
+			c, err := e.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return blockConn{c}, nil
 		},
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 16,
