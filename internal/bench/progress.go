@@ -29,6 +29,10 @@ func (p *Progress) Start(what string, total int) {
 		p.draw()
 		return
 	}
+	if total == 1 {
+		fmt.Fprintf(p.W, "%s…\n", what)
+		return
+	}
 	fmt.Fprintf(p.W, "%s: %d runs…\n", what, total)
 }
 

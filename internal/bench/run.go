@@ -440,7 +440,9 @@ func (b *bench) memory(ctx context.Context, sandboxes []*sdk.Sandbox) {
 			f.Add(v)
 		}
 	}
+	// Some of the round's creates may have failed: say how many ran.
 	f.Runs = len(ids)
+	f.Name = fmt.Sprintf("idle sandbox, %d running", len(ids))
 	if len(f.Samples) == 0 {
 		f.Skip("not measured: no process of the sandboxes was found on this host (a backend other than gVisor?)")
 	}
