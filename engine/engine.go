@@ -346,10 +346,10 @@ func errRootInUse(root string) error {
 	return fmt.Errorf("engine root %s is in use by another tupper process (stop it, or use another state directory): %w", root, errdefs.ErrUnavailable)
 }
 
-// Close stops the engine's timers, closes the backends it opened (not
-// Config.Backend) and closes its state. Sandboxes keep running: a new
-// Engine on the same Root re-attaches to them. Use KillAll first to stop
-// them.
+// Close stops the engine's timers, kills the sandboxes waiting in its
+// warm pools, closes the backends it opened (not Config.Backend) and
+// closes its state. Other sandboxes keep running: a new Engine on the
+// same Root re-attaches to them. Use KillAll first to stop them.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -364,6 +364,9 @@ func (e *Engine) Close() error {
 	}
 	e.mu.Unlock()
 	e.cancel()
+	// Warm sandboxes are nobody's: they go with the engine rather than
+	// hold memory while it is down (the next start would kill them).
+	e.drainPools()
 	e.wg.Wait()
 	err := errors.Join(e.closeBackends(), e.store.Close())
 	e.lock.Close()

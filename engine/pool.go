@@ -295,17 +295,53 @@ func (e *Engine) adopt(ctx context.Context, id, template string, opts CreateOpti
 
 // WarmIdle returns how many sandboxes wait in the warm pool of template
 // (0 when there is none).
-func (e *Engine) WarmIdle(template string) int {
+func (e *Engine) WarmIdle(template string) int { return len(e.WarmSandboxes(template)) }
+
+// WarmSandboxes returns the ids of the sandboxes waiting in the warm pool
+// of template.
+func (e *Engine) WarmSandboxes(template string) []string {
 	if e.pools == nil {
-		return 0
+		return nil
 	}
 	e.pools.mu.Lock()
 	defer e.pools.mu.Unlock()
-	n := 0
+	var ids []string
 	for _, p := range e.pools.pools {
 		if p.cfg.Template == template {
-			n += len(p.idle)
+			ids = append(ids, p.idle...)
 		}
 	}
-	return n
+	return ids
+}
+
+// drainPools kills the sandboxes waiting in the pools, once the engine is
+// closing (after its background work was cancelled).
+func (e *Engine) drainPools() {
+	if e.pools == nil {
+		return
+	}
+	e.pools.mu.Lock()
+	var ids []string
+	for _, p := range e.pools.pools {
+		ids = append(ids, p.idle...)
+		p.idle = nil
+	}
+	e.pools.mu.Unlock()
+	for _, id := range ids {
+		e.mu.Lock()
+		l, ok := e.live[id]
+		if ok {
+			delete(e.live, id)
+		}
+		e.mu.Unlock()
+		if !ok {
+			continue
+		}
+		l.conns.cutAll()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := e.stop(ctx, id, l, "the engine closed; a warm pool's sandbox"); err != nil {
+			e.log.Warn("kill a warm pool's sandbox at close", "sandbox", id, "err", err)
+		}
+		cancel()
+	}
 }

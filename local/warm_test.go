@@ -103,4 +103,25 @@ func TestWarmPool(t *testing.T) {
 		}
 	}
 	testutil.WaitFor(t, time.Minute, "the pool to refill after a burst", full(2))
+
+	// The engine's close takes its waiting sandboxes with it: they are
+	// nobody's, and would hold memory while it is down.
+	team := engine.WithScope(ctx, engine.Scope{Team: "t1", Key: "any"})
+	mine, _, err := eng.List(team, engine.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range mine {
+		if err := eng.Kill(team, sb.ID); err != nil {
+			t.Error(err)
+		}
+	}
+	waiting := eng.WarmSandboxes(name)
+	s.rt.Close()
+	s.rt = nil
+	for _, id := range waiting {
+		if pids := testutil.ProcessesOf(id); len(pids) > 0 {
+			t.Errorf("warm sandbox %s still runs (pids %v) after the engine closed", id, pids)
+		}
+	}
 }
