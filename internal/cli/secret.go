@@ -121,49 +121,74 @@ func parseMetadata(kvs []string) (map[string]string, error) {
 	return md, nil
 }
 
-type secretCreateOptions struct {
+// secretWriteOptions are the options of `secret create` (ref is the new
+// secret's name) and `secret update` (ref names the secret).
+type secretWriteOptions struct {
 	api      apiOptions
 	value    secretValueOptions
-	name     string
+	ref      string
 	metadata []string
 	json     bool
 }
 
-func newSecretCreateCmd(g *globals) *cobra.Command {
-	o := &secretCreateOptions{}
+// newSecretWriteCmd is `secret create` or `secret update`: use, short and
+// the help of --metadata and --json say which; run does it.
+func newSecretWriteCmd(g *globals, use, short, metadataHelp, jsonHelp string, run func(context.Context, *globals, *secretWriteOptions) error) *cobra.Command {
+	o := &secretWriteOptions{}
 	cmd := &cobra.Command{
-		Use:   "create NAME [--value-file FILE] [--metadata KEY=VALUE]...",
-		Short: "Store a new secret, its value read from a file or standard input, and print its id",
+		Use:   use,
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.name = args[0]
-			return runSecretCreate(cmd.Context(), g, o)
+			o.ref = args[0]
+			return run(cmd.Context(), g, o)
 		},
 	}
 	o.value.addFlags(cmd)
-	cmd.Flags().StringArrayVar(&o.metadata, "metadata", nil, "a `KEY=VALUE` to describe the secret by (repeatable)")
-	cmd.Flags().BoolVar(&o.json, "json", false, "print the secret's description as JSON instead of its id")
+	cmd.Flags().StringArrayVar(&o.metadata, "metadata", nil, metadataHelp)
+	cmd.Flags().BoolVar(&o.json, "json", false, jsonHelp)
 	addAPIFlags(cmd, &o.api)
 	return cmd
 }
 
-func runSecretCreate(ctx context.Context, g *globals, o *secretCreateOptions) error {
+func newSecretCreateCmd(g *globals) *cobra.Command {
+	return newSecretWriteCmd(g, "create NAME [--value-file FILE] [--metadata KEY=VALUE]...",
+		"Store a new secret, its value read from a file or standard input, and print its id",
+		"a `KEY=VALUE` to describe the secret by (repeatable)",
+		"print the secret's description as JSON instead of its id", runSecretCreate)
+}
+
+func newSecretUpdateCmd(g *globals) *cobra.Command {
+	return newSecretWriteCmd(g, "update NAME|ID [--value-file FILE] [--metadata KEY=VALUE]...",
+		"Give a secret a new value (its next version); sandboxes send it from their next request on",
+		"a `KEY=VALUE` that, with the others given, replaces the secret's metadata (repeatable; none keeps them)",
+		"print the secret's description as JSON", runSecretUpdate)
+}
+
+// secretInput reads what a create or update sends: the metadata, the
+// value, and a client of the daemon.
+func secretInput(g *globals, o *secretWriteOptions) (map[string]string, string, *remote, error) {
 	md, err := parseMetadata(o.metadata)
 	if err != nil {
-		return err
+		return nil, "", nil, err
 	}
 	value, err := o.value.read(g)
 	if err != nil {
-		return err
+		return nil, "", nil, err
 	}
 	r, err := o.api.dial()
+	return md, value, r, err
+}
+
+func runSecretCreate(ctx context.Context, g *globals, o *secretWriteOptions) error {
+	md, value, r, err := secretInput(g, o)
 	if err != nil {
 		return err
 	}
-	info, err := r.CreateSecret(ctx, o.name, value, md)
+	info, err := r.CreateSecret(ctx, o.ref, value, md)
 	if err != nil {
 		if sdk.IsAlreadyExists(err) {
-			return fmt.Errorf("%w: change its value with `tupper secret update %s`", err, o.name)
+			return fmt.Errorf("%w: change its value with `tupper secret update %s`", err, o.ref)
 		}
 		return r.control(err, "")
 	}
@@ -175,42 +200,8 @@ func runSecretCreate(ctx context.Context, g *globals, o *secretCreateOptions) er
 	return err
 }
 
-type secretUpdateOptions struct {
-	api      apiOptions
-	value    secretValueOptions
-	ref      string
-	metadata []string
-	json     bool
-}
-
-func newSecretUpdateCmd(g *globals) *cobra.Command {
-	o := &secretUpdateOptions{}
-	cmd := &cobra.Command{
-		Use:   "update NAME|ID [--value-file FILE] [--metadata KEY=VALUE]...",
-		Short: "Give a secret a new value (its next version); sandboxes send it from their next request on",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.ref = args[0]
-			return runSecretUpdate(cmd.Context(), g, o)
-		},
-	}
-	o.value.addFlags(cmd)
-	cmd.Flags().StringArrayVar(&o.metadata, "metadata", nil, "a `KEY=VALUE` that, with the others given, replaces the secret's metadata (repeatable; none keeps them)")
-	cmd.Flags().BoolVar(&o.json, "json", false, "print the secret's description as JSON")
-	addAPIFlags(cmd, &o.api)
-	return cmd
-}
-
-func runSecretUpdate(ctx context.Context, g *globals, o *secretUpdateOptions) error {
-	md, err := parseMetadata(o.metadata)
-	if err != nil {
-		return err
-	}
-	value, err := o.value.read(g)
-	if err != nil {
-		return err
-	}
-	r, err := o.api.dial()
+func runSecretUpdate(ctx context.Context, g *globals, o *secretWriteOptions) error {
+	md, value, r, err := secretInput(g, o)
 	if err != nil {
 		return err
 	}

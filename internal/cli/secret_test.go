@@ -86,7 +86,7 @@ func TestSecretCommands(t *testing.T) {
 
 	const v1 = "sk-cli-one"
 	err = run(v1+"\n", func() error {
-		return runSecretCreate(ctx, g, &secretCreateOptions{api: api, name: "OpenAI", metadata: []string{"team=ml"}})
+		return runSecretCreate(ctx, g, &secretWriteOptions{api: api, ref: "OpenAI", metadata: []string{"team=ml"}})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -98,10 +98,10 @@ func TestSecretCommands(t *testing.T) {
 	if got := value("openai"); got != v1 {
 		t.Errorf("stored value %q, want %q without the line break", got, v1)
 	}
-	if err := run("x", func() error { return runSecretCreate(ctx, g, &secretCreateOptions{api: api, name: "openai"}) }); err == nil || !strings.Contains(err.Error(), "tupper secret update") {
+	if err := run("x", func() error { return runSecretCreate(ctx, g, &secretWriteOptions{api: api, ref: "openai"}) }); err == nil || !strings.Contains(err.Error(), "tupper secret update") {
 		t.Errorf("create of an existing name: %v, want a pointer to update", err)
 	}
-	if err := run("\n", func() error { return runSecretCreate(ctx, g, &secretCreateOptions{api: api, name: "empty"}) }); err == nil {
+	if err := run("\n", func() error { return runSecretCreate(ctx, g, &secretWriteOptions{api: api, ref: "empty"}) }); err == nil {
 		t.Error("an empty value was stored")
 	}
 
@@ -109,14 +109,14 @@ func TestSecretCommands(t *testing.T) {
 	const v2 = "sk-cli-two"
 	os.WriteFile(file, []byte(v2+"\r\n"), 0o600)
 	if err := run("", func() error {
-		return runSecretUpdate(ctx, g, &secretUpdateOptions{api: api, ref: id, value: secretValueOptions{valueFile: file}})
+		return runSecretUpdate(ctx, g, &secretWriteOptions{api: api, ref: id, value: secretValueOptions{valueFile: file}})
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if got := value("openai"); got != v2 {
 		t.Errorf("value after update %q, want %q", got, v2)
 	}
-	if err := run("v", func() error { return runSecretUpdate(ctx, g, &secretUpdateOptions{api: api, ref: "nosuch"}) }); err == nil || !strings.Contains(err.Error(), "tupper secret ls") {
+	if err := run("v", func() error { return runSecretUpdate(ctx, g, &secretWriteOptions{api: api, ref: "nosuch"}) }); err == nil || !strings.Contains(err.Error(), "tupper secret ls") {
 		t.Errorf("update of an unknown secret: %v", err)
 	}
 
