@@ -1,13 +1,9 @@
 package e2e
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +14,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/internal/testutil"
@@ -211,43 +206,8 @@ func e2bCLI(ctx context.Context, t *testing.T, node, dir string, d *serveDaemon,
 }
 
 // observeImage returns the name of a template of the test image base with
-// observeStartCmd as its start command, in the shared test store at
-// storeRoot: an empty layer and the labels, committed once per machine.
+// observeStartCmd as its start command (see testutil.LabelledImage).
 func observeImage(t *testing.T, storeRoot, base string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	store, err := image.Open(image.Config{Root: storeRoot})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	sum := sha256.Sum256([]byte(base + "\n" + observeStartCmd))
-	name := "tupper-test/observe:" + hex.EncodeToString(sum[:])[:12]
-	if _, err := store.Resolve(ctx, name); err == nil {
-		return name
-	}
-	layer := filepath.Join(t.TempDir(), "empty.tar")
-	f, err := os.Create(layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tar.NewWriter(f).Close(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	_, err = store.Commit(ctx, image.CommitOptions{
-		Parent: base, Layer: layer, CreatedBy: "setStartCmd (TestObserve's)", Names: []string{name}, Unpack: true,
-		Edit: func(c *v1.Config) {
-			c.Labels = maps.Clone(c.Labels)
-			if c.Labels == nil {
-				c.Labels = map[string]string{}
-			}
-			c.Labels[image.LabelStartCmd] = observeStartCmd
-		},
-	})
-	if err != nil {
-		t.Fatalf("commit TestObserve's template: %v", err)
-	}
-	return name
+	return testutil.LabelledImage(t, storeRoot, base, "tupper-test/observe", map[string]string{image.LabelStartCmd: observeStartCmd})
 }

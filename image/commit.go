@@ -24,7 +24,9 @@ type CommitOptions struct {
 	Parent string
 	// Layer is the new layer's file: an uncompressed tar in the OCI layer
 	// format (deletions as ".wh." files). It is read, not kept: the store
-	// copies it.
+	// copies it. Empty means no layer: the new image is Parent's files
+	// with another config (as Docker's ENV and LABEL make), and shares
+	// Parent's unpacked root filesystem.
 	Layer string
 	// CreatedBy describes the step in the image's history.
 	CreatedBy string
@@ -39,8 +41,8 @@ type CommitOptions struct {
 	Unpack bool
 }
 
-// Commit stores a new image: Parent's layers and opts.Layer, with Parent's
-// config changed by opts.Edit.
+// Commit stores a new image: Parent's layers and opts.Layer (if any),
+// with Parent's config changed by opts.Edit.
 func (s *Store) Commit(ctx context.Context, opts CommitOptions) (*Image, error) {
 	rep := newReporter(nil)
 	end, err := s.beginWrite(ctx)
@@ -77,21 +79,9 @@ func (s *Store) Commit(ctx context.Context, opts CommitOptions) (*Image, error) 
 		return nil, fmt.Errorf("commit: parent config: %w", err)
 	}
 
-	diffID, size, err := fileDigest(opts.Layer)
-	if err != nil {
-		return nil, fmt.Errorf("commit: layer: %w", err)
-	}
 	now := time.Now().UTC()
 	cfg.Created = v1.Time{Time: now}
-	cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, diffID)
-	cfg.History = append(cfg.History, v1.History{Created: v1.Time{Time: now}, CreatedBy: opts.CreatedBy})
-	if opts.Edit != nil {
-		opts.Edit(&cfg.Config)
-	}
-	rawConfig, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, err
-	}
+	cfg.History = append(cfg.History, v1.History{Created: v1.Time{Time: now}, CreatedBy: opts.CreatedBy, EmptyLayer: opts.Layer == ""})
 	layers := make([]layerSource, 0, len(parent.Layers)+1)
 	for _, l := range parent.Layers {
 		d, err := v1.NewHash(l.Digest)
@@ -100,10 +90,24 @@ func (s *Store) Commit(ctx context.Context, opts CommitOptions) (*Image, error) 
 		}
 		layers = append(layers, layerSource{blobSource: blobSource{Digest: d, Size: l.Size}, MediaType: types.MediaType(l.MediaType)})
 	}
-	layers = append(layers, layerSource{
-		blobSource: blobSource{Digest: diffID, Size: size, Open: func() (io.ReadCloser, error) { return os.Open(opts.Layer) }},
-		DiffID:     diffID, MediaType: types.OCIUncompressedLayer,
-	})
+	if opts.Layer != "" {
+		diffID, size, err := fileDigest(opts.Layer)
+		if err != nil {
+			return nil, fmt.Errorf("commit: layer: %w", err)
+		}
+		cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, diffID)
+		layers = append(layers, layerSource{
+			blobSource: blobSource{Digest: diffID, Size: size, Open: func() (io.ReadCloser, error) { return os.Open(opts.Layer) }},
+			DiffID:     diffID, MediaType: types.OCIUncompressedLayer,
+		})
+	}
+	if opts.Edit != nil {
+		opts.Edit(&cfg.Config)
+	}
+	rawConfig, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return s.ingest(ctx, ingestRequest{
 		names: names, rawConfig: rawConfig, layers: layers, lazy: !opts.Unpack,
 		source: "commit of " + shortID(parent.ID) + ": " + opts.CreatedBy,

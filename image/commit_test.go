@@ -70,3 +70,27 @@ func TestCommitStacksALayer(t *testing.T) {
 		t.Error("commit on an unknown parent succeeded")
 	}
 }
+
+// TestCommitWithoutALayer checks a commit of a config change alone: the
+// new image has its parent's layers and root filesystem, and its own
+// config.
+func TestCommitWithoutALayer(t *testing.T) {
+	s := newStore(t)
+	base := importImage(t, s, imageOf(t, layerTar(t, dir("etc", 0o755), file("etc/keep", "base\n", 0o644))), "base:1")
+	img, err := s.Commit(ctx(t), image.CommitOptions{
+		Parent: "base:1", CreatedBy: "labels", Names: []string{"labelled:1"}, Unpack: true,
+		Edit: func(c *v1.Config) { c.Labels = map[string]string{"k": "v"} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.ID == base.ID || img.ChainID != base.ChainID || img.RootFS != base.RootFS || len(img.Layers) != len(base.Layers) {
+		t.Errorf("config-only commit: id %s (base %s), chain %s (base %s), %d layers (base %d)", img.ID, base.ID, img.ChainID, base.ChainID, len(img.Layers), len(base.Layers))
+	}
+	if img.Config.Labels["k"] != "v" {
+		t.Errorf("labels %v", img.Config.Labels)
+	}
+	if b, err := os.ReadFile(filepath.Join(img.RootFS, "etc/keep")); err != nil || string(b) != "base\n" {
+		t.Errorf("etc/keep: %q, %v", b, err)
+	}
+}

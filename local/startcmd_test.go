@@ -1,13 +1,8 @@
 package local_test
 
 import (
-	"archive/tar"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"maps"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
@@ -35,60 +28,11 @@ var startCmdLabels = map[string]string{
 	image.LabelStartWorkdir: "/srv",
 }
 
-// startCmdImage returns the name of the test image with startCmdLabels, in
-// the shared test store at storeRoot: a commit of an empty layer and the
-// labels on base, made once per machine (a new base or new labels make a
-// new one, and the old ones go).
+// startCmdImage returns the name of the test image with startCmdLabels
+// (see testutil.LabelledImage).
 func startCmdImage(t *testing.T, storeRoot, base string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	store, err := image.Open(image.Config{Root: storeRoot})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const repo = "tupper-test/startcmd"
-	sum := sha256.New()
-	sum.Write([]byte(base))
-	for _, k := range slices.Sorted(maps.Keys(startCmdLabels)) {
-		sum.Write([]byte("\n" + k + "=" + startCmdLabels[k]))
-	}
-	name := repo + ":" + hex.EncodeToString(sum.Sum(nil))[:12]
-	if _, err := store.Resolve(ctx, name); err == nil {
-		return name
-	}
-	layer := filepath.Join(t.TempDir(), "empty.tar")
-	f, err := os.Create(layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tar.NewWriter(f).Close(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	_, err = store.Commit(ctx, image.CommitOptions{
-		Parent: base, Layer: layer, CreatedBy: "setStartCmd (a test's)", Names: []string{name}, Unpack: true,
-		Edit: func(c *v1.Config) {
-			c.Labels = maps.Clone(c.Labels)
-			if c.Labels == nil {
-				c.Labels = map[string]string{}
-			}
-			maps.Copy(c.Labels, startCmdLabels)
-		},
-	})
-	if err != nil {
-		t.Fatalf("commit the start command's test image: %v", err)
-	}
-	if imgs, err := store.List(ctx); err == nil {
-		for _, img := range imgs {
-			for _, n := range img.Names {
-				if n != name && strings.HasPrefix(n, repo+":") {
-					_ = store.Remove(ctx, n)
-				}
-			}
-		}
-	}
-	return name
+	return testutil.LabelledImage(t, storeRoot, base, "tupper-test/startcmd", startCmdLabels)
 }
 
 // TestStartCommand: a template's start command runs in every new

@@ -625,11 +625,6 @@ func (b *Builder) copyFiles(ctx context.Context, sb *sdk.Sandbox, team string, s
 // A start command is tried in a sandbox of the image, which must pass its
 // ready check, as E2B's builds do.
 func (b *Builder) finalize(ctx context.Context, t *Template, cur *image.Image, spec Spec, logf func(level, format string, args ...any)) (*image.Image, error) {
-	empty, err := emptyLayer(b.cfg.Root)
-	if err != nil {
-		return nil, atStep("finalize", err)
-	}
-	defer os.Remove(empty)
 	labels := map[string]string{}
 	if spec.StartCmd != "" {
 		labels[image.LabelStartCmd] = spec.StartCmd
@@ -651,7 +646,7 @@ func (b *Builder) finalize(ctx context.Context, t *Template, cur *image.Image, s
 		labels[image.LabelMemoryMB] = strconv.Itoa(t.MemoryMB)
 	}
 	img, err := b.cfg.Images.Commit(ctx, image.CommitOptions{
-		Parent: cur.ID, Layer: empty, CreatedBy: "template " + t.ID, Unpack: true,
+		Parent: cur.ID, CreatedBy: "template " + t.ID, Unpack: true,
 		Edit: func(c *v1.Config) {
 			if c.Labels == nil {
 				c.Labels = map[string]string{}
@@ -697,21 +692,6 @@ func setTeam(c *v1.Config, team string) {
 		c.Labels = map[string]string{}
 	}
 	c.Labels[engine.LabelTeam] = team
-}
-
-// emptyLayer writes a layer that changes nothing and returns its path.
-func emptyLayer(dir string) (string, error) {
-	f, err := os.CreateTemp(dir, "empty-*.tar")
-	if err != nil {
-		return "", err
-	}
-	// A tar's end: two blocks of zeros.
-	if _, err := f.Write(make([]byte, 1024)); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return "", err
-	}
-	return f.Name(), f.Close()
 }
 
 // sdkPolicy is a copy of p, as the SDK takes it.

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/lightbearco/tupper/image"
 )
 
@@ -319,4 +320,51 @@ func copyFile(dst, src string, mode os.FileMode) error {
 		return err
 	}
 	return os.Chmod(dst, mode)
+}
+
+// LabelledImage returns the name of an image of repo in the shared test
+// store at storeRoot: base with labels added to its config (no new layer),
+// committed once per machine; a new base or new labels make a new one, and
+// repo's older ones go. Tests make templates with a start command so.
+func LabelledImage(t testing.TB, storeRoot, base, repo string, labels map[string]string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	store, err := image.Open(image.Config{Root: storeRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	sum := sha256.New()
+	sum.Write([]byte(base))
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		sum.Write([]byte("\n" + k + "=" + labels[k]))
+	}
+	name := repo + ":" + hex.EncodeToString(sum.Sum(nil))[:12]
+	if _, err := store.Resolve(ctx, name); err == nil {
+		return name
+	}
+	_, err = store.Commit(ctx, image.CommitOptions{
+		Parent: base, CreatedBy: "labels (a test's)", Names: []string{name}, Unpack: true,
+		Edit: func(c *v1.Config) {
+			c.Labels = maps.Clone(c.Labels)
+			if c.Labels == nil {
+				c.Labels = map[string]string{}
+			}
+			maps.Copy(c.Labels, labels)
+		},
+	})
+	if err != nil {
+		t.Fatalf("commit the test image %s: %v", name, err)
+	}
+	if imgs, err := store.List(ctx); err == nil {
+		for _, img := range imgs {
+			for _, n := range img.Names {
+				if n != name && strings.HasPrefix(n, repo+":") {
+					_ = store.Remove(ctx, n)
+				}
+			}
+		}
+	}
+	return name
 }
