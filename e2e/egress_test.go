@@ -27,11 +27,7 @@ func TestEgress(t *testing.T) {
 	node := requireNode(t)
 	dir := filepath.Join(testutil.ModuleRoot(), "e2e", "e2b")
 	npmCI(t, dir)
-	fake := testutil.StartFakeInternet(t)
-	caFile := filepath.Join(t.TempDir(), "fake-ca.pem")
-	if err := os.WriteFile(caFile, fake.CAPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	fake, caFile := startFakeInternet(t)
 	// Destinations that must stay unreachable, owned by the test so that
 	// a broken firewall sends nothing beyond this machine.
 	private := netip.MustParseAddr("10.254.99.1")
@@ -232,4 +228,16 @@ func randomHex(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
+}
+
+// startFakeInternet starts the fake internet (testutil.FakeInternet) and
+// writes its CA to a file, for tupper serve's --upstream-ca.
+func startFakeInternet(t *testing.T) (*testutil.FakeInternet, string) {
+	t.Helper()
+	fake := testutil.StartFakeInternet(t)
+	caFile := filepath.Join(t.TempDir(), "fake-ca.pem")
+	if err := os.WriteFile(caFile, fake.CAPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return fake, caFile
 }

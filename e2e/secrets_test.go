@@ -28,11 +28,7 @@ func TestSecrets(t *testing.T) {
 	node := requireNode(t)
 	dir := filepath.Join(testutil.ModuleRoot(), "e2e", "e2b")
 	npmCI(t, dir)
-	fake := testutil.StartFakeInternet(t)
-	caFile := filepath.Join(t.TempDir(), "fake-ca.pem")
-	if err := os.WriteFile(caFile, fake.CAPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	fake, caFile := startFakeInternet(t)
 	d := startServeDaemon(t, "--dns-upstream", fake.DNS.String(), "--upstream-ca", caFile)
 	blue := d.addKey(t, "--team", "blue", "--name", "blue")
 	name := "e2e-" + randomHex(t)[:8]
