@@ -367,7 +367,9 @@ func (e *Engine) markKilled(ctx context.Context, id string, l *liveSandbox, reas
 		e.log.Error("record kill", "sandbox", id, "err", err)
 	}
 	e.releaseImage(ctx, id)
-	e.dropRebootImage(ctx, id)
+	if sb.Rebooted {
+		e.dropRebootImage(ctx, id)
+	}
 	e.removeCheckpoint(id)
 	e.log.Info("sandbox killed", "sandbox", id, "reason", reason)
 	if e.cfg.OnKilled != nil {

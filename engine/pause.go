@@ -193,7 +193,8 @@ func (e *Engine) resume(ctx context.Context, id string, timeout time.Duration, r
 	defer done()
 	begin := time.Now()
 	var started *backend.Sandbox
-	if rec.MemoryKept && !reboot {
+	rebooted := !rec.MemoryKept || reboot
+	if !rebooted {
 		started, err = e.restore(ctx, l.be, cp, rec, e.checkpointDir(id), rec.AccessToken)
 	} else {
 		started, err = e.reboot(ctx, l, rec)
@@ -206,6 +207,7 @@ func (e *Engine) resume(ctx context.Context, id string, timeout time.Duration, r
 	}
 	sb, err := e.updateRecord(context.WithoutCancel(ctx), id, func(sb *Sandbox) error {
 		sb.State, sb.AgentAddr, sb.Pid, sb.ImageID = store.StateRunning, started.AgentAddr, started.Pid, rec.ImageID
+		sb.Rebooted = sb.Rebooted || rebooted
 		sb.EndAt = time.Now().UTC().Add(timeout)
 		return nil
 	}, func(l *liveSandbox) {

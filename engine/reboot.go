@@ -156,6 +156,10 @@ func (e *Engine) reboot(ctx context.Context, l *liveSandbox, rec *Sandbox) (*bac
 		if lerr := e.leaseImage(context.WithoutCancel(ctx), rec); lerr != nil {
 			e.log.Warn("lease back the image of a sandbox whose reboot failed", "sandbox", rec.ID, "err", lerr)
 		}
+		if !rec.Rebooted {
+			// Its record will not say Rebooted: the name goes now.
+			e.dropRebootImage(context.WithoutCancel(ctx), rec.ID)
+		}
 		return nil, err
 	}
 	return started, nil
@@ -165,15 +169,11 @@ func (e *Engine) reboot(ctx context.Context, l *liveSandbox, rec *Sandbox) (*bac
 func rebootImageName(id string) string { return "tupper-paused/" + id }
 
 // dropRebootImage drops the name of the image a reboot of sandbox id
-// made, if any, once the sandbox is gone: the store collects it.
+// made (its record says Rebooted), once the sandbox is gone: the store
+// collects it.
 func (e *Engine) dropRebootImage(ctx context.Context, id string) {
 	c, ok := e.cfg.Images.(ImageCommitter)
 	if !ok {
-		return
-	}
-	// Most sandboxes never rebooted: a read tells, without the store's
-	// write lock.
-	if _, err := e.cfg.Images.Resolve(ctx, rebootImageName(id)); err != nil {
 		return
 	}
 	if err := c.Remove(ctx, rebootImageName(id)); err != nil && !errdefs.IsNotFound(err) {

@@ -344,6 +344,17 @@ func TestPauseOfFilesAloneReboots(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after a reboot of a pause with memory", third)
+
+	// The image the reboots made goes with the sandbox.
+	if _, err := s.rt.Images().Resolve(ctx, "tupper-paused/"+sb.ID()); err != nil {
+		t.Fatalf("the reboot's image: %v", err)
+	}
+	if err := eng.Kill(ctx, sb.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.rt.Images().Resolve(ctx, "tupper-paused/"+sb.ID()); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the reboot's image outlived the sandbox: %v", err)
+	}
 }
 
 // TestSnapshotsPerTeamAreCapped checks that a team keeps no more snapshots

@@ -108,6 +108,9 @@ type Sandbox struct {
 	// Warm says the sandbox came from a warm pool, booted before its
 	// create.
 	Warm bool `json:"warm,omitempty"`
+	// Rebooted says the sandbox runs on an image a reboot made of its
+	// files (named tupper-paused/<id>), which goes with it.
+	Rebooted bool `json:"rebooted,omitempty"`
 	// CodeInterpreterPort is where the sandbox serves Tupper's code
 	// interpreter (its image says so), or 0. The daemon hands that port
 	// the envd token that E2B's code-interpreter SDKs send to it.
