@@ -172,6 +172,9 @@ func (c *Config) Validate() error {
 	if c.MaxTimeout == 0 {
 		c.MaxTimeout = 24 * time.Hour
 	}
+	if c.DefaultCPUs < 0 || c.DefaultMemoryMB < 0 || c.DefaultPids < 0 {
+		return fmt.Errorf("engine: DefaultCPUs, DefaultMemoryMB and DefaultPids must not be negative: %w", errdefs.ErrInvalidArgument)
+	}
 	if c.DefaultCPUs == 0 {
 		c.DefaultCPUs = 1
 	}

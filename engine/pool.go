@@ -89,17 +89,16 @@ func (e *Engine) startPools(ctx context.Context) error {
 }
 
 // fillPools keeps every pool at its size within the memory budget, until
-// the engine closes.
+// the engine closes, booting up to poolFillers sandboxes at once (each
+// through admission, as a create of the pools' own team: a burst of users'
+// creates keeps its share of the turns).
 func (e *Engine) fillPools() {
 	defer e.wg.Done()
 	tick := time.NewTicker(poolRetry)
 	defer tick.Stop()
+	slots := make(chan struct{}, poolFillers(e.cfg.MaxCreating))
 	for {
-		for e.fillOne() {
-			if e.bg.Err() != nil {
-				return
-			}
-		}
+		e.startFills(slots)
 		select {
 		case <-e.bg.Done():
 			return
@@ -130,25 +129,51 @@ func (e *Engine) poolMemoryMB() int {
 	return total
 }
 
-// fillOne boots one sandbox for the first pool below its size, within
-// the budget, and reports whether it did (or tried).
-func (e *Engine) fillOne() bool {
+// poolFillers is how many pool sandboxes boot at once: half of the turns
+// to create, so that users' cold creates find the other half.
+func poolFillers(maxCreating int) int { return max(1, maxCreating/2) }
+
+// startFills starts a boot for each free slot while a pool lacks one.
+func (e *Engine) startFills(slots chan struct{}) {
+	for e.bg.Err() == nil {
+		select {
+		case slots <- struct{}{}:
+		default:
+			return
+		}
+		p := e.claimFill()
+		if p == nil {
+			<-slots
+			return
+		}
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.fill(p)
+			<-slots
+			e.wakePools()
+		}()
+	}
+}
+
+// claimFill picks the first pool below its size whose next sandbox fits
+// the budget, and counts a boot for it; nil means none.
+func (e *Engine) claimFill() *warmPool {
 	e.pools.mu.Lock()
-	var p *warmPool
+	defer e.pools.mu.Unlock()
 	for _, c := range e.pools.pools {
 		mem := max(c.memoryMB, e.cfg.DefaultMemoryMB)
 		if len(c.idle)+c.filling < c.cfg.Size && e.poolMemoryMB()+mem <= e.cfg.WarmMemoryMB {
-			p = c
-			break
+			c.filling++
+			return c
 		}
 	}
-	if p == nil {
-		e.pools.mu.Unlock()
-		return false
-	}
-	p.filling++
-	e.pools.mu.Unlock()
+	return nil
+}
 
+// fill boots one sandbox for p, whose boot claimFill counted. After a
+// failure it waits poolRetry before its slot frees.
+func (e *Engine) fill(p *warmPool) {
 	ctx := WithScope(e.bg, Scope{Team: poolTeam})
 	sb, err := e.Create(ctx, CreateOptions{Template: p.cfg.Template, Timeout: e.cfg.MaxTimeout})
 	e.pools.mu.Lock()
@@ -158,17 +183,13 @@ func (e *Engine) fillOne() bool {
 		p.memoryMB, p.interpreter = sb.MemoryMB, sb.CodeInterpreterPort != 0
 	}
 	e.pools.mu.Unlock()
-	if err != nil {
-		if e.bg.Err() == nil {
-			e.log.Warn("boot a warm pool's sandbox (tried again later)", "template", p.cfg.Template, "err", err)
-			select {
-			case <-e.bg.Done():
-			case <-time.After(poolRetry):
-			}
+	if err != nil && e.bg.Err() == nil {
+		e.log.Warn("boot a warm pool's sandbox (tried again later)", "template", p.cfg.Template, "err", err)
+		select {
+		case <-e.bg.Done():
+		case <-time.After(poolRetry):
 		}
-		return false
 	}
-	return true
 }
 
 // wakePools tells the filler to look again.

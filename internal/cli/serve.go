@@ -47,6 +47,10 @@ type serveOptions struct {
 	// warm are the warm pools, TEMPLATE=N each; warmMemory bounds them.
 	warm       []string
 	warmMemory sizeFlag
+	// cpus, memory and pids are each sandbox's default limits.
+	cpus   float64
+	memory sizeFlag
+	pids   int64
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -84,6 +88,9 @@ Go SDK's CreateOptions.Backend. The daemon opens it on first use, under
 	f.StringVar(&o.defaultTemplate, "default-template", "", `template of creates that name none (default "base")`)
 	f.Var(&o.disk, "disk", "disk size of each sandbox (its writes, /tmp included) unless its create asks for another, such as 10G (default 10G, or --max-disk when smaller)")
 	f.Var(&o.maxDisk, "max-disk", "largest disk size a create may ask for (default 100G, or --disk when larger)")
+	f.Float64Var(&o.cpus, "cpus", 0, "CPUs of each sandbox unless its create or template asks for others (default 1)")
+	f.Var(&o.memory, "memory", "memory of each sandbox unless its create or template asks for other, such as 512M (default 1G)")
+	f.Int64Var(&o.pids, "pids", 0, "tasks (processes and threads) each sandbox may hold (default 1024); on gVisor the host's task budget admits more sandboxes the lower it is")
 	f.StringSliceVar(&o.warm, "warm", nil, "keep N sandboxes of TEMPLATE booted ahead of demand (TEMPLATE=N; repeatable): creates of it with default limits, no environment variables and no volumes take one at once")
 	f.Var(&o.warmMemory, "warm-memory", "the most memory all warm sandboxes may be given together, such as 4G (default a quarter of the host's)")
 	f.StringVar(&o.buildEgress, "build-egress", "allow", `egress of template build sandboxes: "allow" (apt, pip and npm installs reach the internet) or "deny"`)
@@ -158,6 +165,7 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 		Engine: engine.Config{
 			DefaultTemplate: o.defaultTemplate, DefaultNetwork: defaultPolicy,
 			DefaultDiskMB: o.disk.mb, MaxDiskMB: o.maxDisk.mb,
+			DefaultCPUs: o.cpus, DefaultMemoryMB: o.memory.mb, DefaultPids: o.pids,
 			MaxCreating: o.admit.creating, MaxQueued: o.admit.queued, QueueWait: o.admit.queueWait, MaxSandboxes: o.admit.sandboxes,
 			MaxSandboxesPerTeam: o.admit.perTeam,
 			WarmPools:           pools, WarmMemoryMB: o.warmMemory.mb,
