@@ -113,6 +113,10 @@ func TestBenchQuick(t *testing.T) {
 			t.Errorf("figure %s: %d samples (summary of %d), want %d; note %q", key, len(fig.Samples), fig.Summary.N, n, fig.Note)
 		}
 	}
+	// The daemon was listed throughout the largest round, without a failure.
+	if list := rep.Figure(bench.KeyListLoad); list == nil || len(list.Samples) == 0 || list.Errors > 0 {
+		t.Errorf("report.json's list-during-creates figure = %+v, want samples and no failure", list)
+	}
 	// Each create is cold or warm, as its answer said.
 	cold, warm := rep.Figure(bench.KeyCreateCold), rep.Figure(bench.KeyCreateWarm)
 	if cold == nil || warm == nil {

@@ -20,6 +20,7 @@ const (
 	KeyCommand    = "command-go"
 	KeyCommandJS  = "command-js"
 	KeyMemory     = "memory-idle"
+	KeyListLoad   = "list-under-load"
 	KeyRawRun     = "runsc-run"
 	KeyRawExec    = "runsc-exec"
 )
@@ -163,6 +164,7 @@ func (b *bench) declare() {
 	if len(b.cfg.Concurrency) > 0 {
 		k = slices.Max(b.cfg.Concurrency)
 	}
+	add(KeyListLoad, fmt.Sprintf("list sandboxes during the %d creates", k), SectionConcurrent, UnitMS, 0)
 	add(KeyMemory, fmt.Sprintf("idle sandbox, %d running", k), SectionMemory, UnitMiB, k)
 	add(KeyRawRun, "runsc run /bin/true", SectionRaw, UnitMS, n)
 	add(KeyRawExec, "runsc exec /bin/true", SectionRaw, UnitMS, n)
@@ -175,6 +177,7 @@ func (b *bench) declare() {
 	}
 	if k == 0 {
 		b.rep.Figure(KeyMemory).Skip("no sandboxes run at once")
+		b.rep.Figure(KeyListLoad).Skip("no sandboxes run at once")
 	}
 }
 
@@ -360,7 +363,9 @@ func (b *bench) js(ctx context.Context, id string) {
 }
 
 // concurrent starts each round of creates at once, then reads the memory
-// of the largest round's sandboxes before killing them.
+// of the largest round's sandboxes before killing them. During the largest
+// round it also lists the sandboxes every listEvery: how the daemon answers
+// its other callers while it is busy creating.
 func (b *bench) concurrent(ctx context.Context) {
 	largest := 0
 	if len(b.cfg.Concurrency) > 0 {
@@ -369,7 +374,11 @@ func (b *bench) concurrent(ctx context.Context) {
 	measured := false
 	for _, n := range b.cfg.Concurrency {
 		f := b.rep.Figure(KeyConcurrent(n))
-		sandboxes := b.burst(ctx, n, f)
+		var list *Figure
+		if n == largest && !measured {
+			list = b.rep.Figure(KeyListLoad)
+		}
+		sandboxes := b.burst(ctx, n, f, list)
 		if n == largest && !measured {
 			b.memory(ctx, sandboxes)
 			measured = true
@@ -378,8 +387,13 @@ func (b *bench) concurrent(ctx context.Context) {
 	}
 }
 
-// burst starts n creates at once and records each one's latency.
-func (b *bench) burst(ctx context.Context, n int, f *Figure) []*sdk.Sandbox {
+// listEvery is how often the sandboxes are listed during a round.
+const listEvery = 100 * time.Millisecond
+
+// burst starts n creates at once and records each one's latency in f, and
+// how many came warm in its name. While they run, a non-nil list records
+// the latency of listing the sandboxes.
+func (b *bench) burst(ctx context.Context, n int, f, list *Figure) []*sdk.Sandbox {
 	type result struct {
 		sb  *sdk.Sandbox
 		d   time.Duration
@@ -397,8 +411,19 @@ func (b *bench) burst(ctx context.Context, n int, f *Figure) []*sdk.Sandbox {
 			results <- result{sb, time.Since(start), err}
 		}()
 	}
+	stop := make(chan struct{})
+	listed := make(chan struct{})
+	if list != nil {
+		go func() {
+			defer close(listed)
+			b.listUntil(ctx, stop, list)
+		}()
+	} else {
+		close(listed)
+	}
 	close(gate)
 	var out []*sdk.Sandbox
+	warm := 0
 	for range n {
 		r := <-results
 		if r.err != nil {
@@ -406,11 +431,41 @@ func (b *bench) burst(ctx context.Context, n int, f *Figure) []*sdk.Sandbox {
 		} else {
 			f.AddDuration(r.d)
 			out = append(out, r.sb)
+			if b.cfg.Warm != nil && b.cfg.Warm.Warm(r.sb.ID()) {
+				warm++
+			}
 		}
 		p.Step()
 	}
+	close(stop)
+	<-listed
+	if b.cfg.Warm != nil {
+		f.Name = fmt.Sprintf("%d concurrent creates (%d warm)", n, warm)
+	}
 	p.End(outcome(f))
 	return out
+}
+
+// listUntil lists the sandboxes every listEvery until stop closes,
+// recording each call's latency in f.
+func (b *bench) listUntil(ctx context.Context, stop <-chan struct{}, f *Figure) {
+	tick := time.NewTicker(listEvery)
+	defer tick.Stop()
+	for {
+		start := time.Now()
+		if _, _, err := b.cfg.Client.List(ctx, sdk.ListOptions{}); err != nil {
+			f.Fail(err)
+		} else {
+			f.AddDuration(time.Since(start))
+		}
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // memory reads the host memory of each of sandboxes once they have idled.
