@@ -10,6 +10,8 @@
 //   - an E2b-Sandbox-Id header: proxied to the sandbox's agent, or to the
 //     port named by E2b-Sandbox-Port;
 //   - a signed /files URL: proxied to the sandbox whose token signed it;
+//   - /dashboard/…: the web dashboard (package dashboard), whose page
+//     then calls both planes as any client does;
 //   - anything else: the control plane, which needs an API key (X-API-KEY).
 //
 // The data plane never accepts an API key: the agent's port needs the
@@ -56,6 +58,11 @@ type Config struct {
 	// MCP, when set, serves /mcp (package mcp's Handler, which checks API
 	// keys itself).
 	MCP http.Handler
+	// URL is where users reach the server, "http://127.0.0.1:3000": the
+	// links it hands out to callers on a unix socket (the dashboard's
+	// sign-in links) start with it. Callers over TCP get links to the
+	// address they asked for.
+	URL string
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -107,6 +114,10 @@ type Server struct {
 	sampler *sampler
 	// uploadKey signs the URLs of template file uploads.
 	uploadKey []byte
+	// logins holds the dashboard's sign-in links and sessions;
+	// dashboard serves its paths.
+	logins    *logins
+	dashboard http.Handler
 }
 
 // New returns a Server for cfg.
@@ -117,12 +128,13 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger.With("component", "server"),
 		engine: cfg.Engine, keys: cfg.Keys,
-		signed: newTokenIndex(cfg.Engine), uploadKey: newUploadKey(),
+		signed: newTokenIndex(cfg.Engine), uploadKey: newUploadKey(), logins: newLogins(),
 	}
 	s.agents = newAgentTransport(cfg.Engine, cfg.DialTimeout)
 	s.proxy = s.newProxy()
 	s.metrics = &http.Client{Transport: s.agents, Timeout: 10 * time.Second}
 	s.control = s.controlPlane()
+	s.dashboard = s.dashboardHandler()
 	s.handler = s.logged(http.HandlerFunc(s.route))
 	s.sampler = newSampler(s, cfg.MetricsPeriod)
 	s.sampler.start()
@@ -162,6 +174,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	// reachable through its host name or header.
 	if s.cfg.MCP != nil && r.URL.Path == "/mcp" {
 		s.cfg.MCP.ServeHTTP(w, r)
+		return
+	}
+	if isDashboardPath(r.URL.Path) {
+		s.dashboard.ServeHTTP(w, r)
 		return
 	}
 	s.control.ServeHTTP(w, r)
