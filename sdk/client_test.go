@@ -83,6 +83,8 @@ func TestZeroClient(t *testing.T) {
 	for _, k := range []string{sdk.EnvAPIURL, sdk.EnvAPIKey, sdk.EnvSandboxURL, sdk.EnvE2BAPIURL, sdk.EnvE2BAPIKey, sdk.EnvE2BSandboxURL} {
 		t.Setenv(k, "")
 	}
+	// Nor a local daemon's socket: this root has none.
+	t.Setenv("TUPPER_ROOT", t.TempDir())
 	ctx := context.Background()
 	var c sdk.Client
 	calls := map[string]func() error{

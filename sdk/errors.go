@@ -20,9 +20,11 @@ import (
 // fromResponse or fromTransport and never looks at codes itself.
 
 // ErrNoEndpoint is returned by a Client that has no Transport while the
-// environment names no endpoint either.
+// environment names no endpoint either, and no local daemon's socket is
+// there (see HTTPConfig.APIURL).
 var ErrNoEndpoint = fmt.Errorf("no Tupper endpoint configured: set TUPPER_API_URL and TUPPER_API_KEY "+
-	"(or E2B_API_URL and E2B_API_KEY) to reach `tupper serve`, or give the Client a Transport (local.Open runs Tupper in-process): %w", errdefs.ErrUnavailable)
+	"(or E2B_API_URL and E2B_API_KEY) to reach `tupper serve`, run on the host of a `tupper serve` (its socket needs no key for root "+
+	"and group tupper), or give the Client a Transport (local.Open runs Tupper in-process): %w", errdefs.ErrUnavailable)
 
 // ErrDisconnected is returned by CommandHandle.Wait after Disconnect: the
 // handle stopped following the process, which may still run.

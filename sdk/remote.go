@@ -19,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/localsock"
 )
 
 // The data plane's routing headers and the agent's port, as the E2B SDKs
@@ -55,19 +56,26 @@ const (
 
 // HTTPConfig configures an HTTPTransport.
 type HTTPConfig struct {
-	// APIURL is the control plane, for example http://127.0.0.1:3000.
-	// Required.
+	// APIURL is the control plane, for example http://127.0.0.1:3000,
+	// or the unix socket of a `tupper serve` on this host, as
+	// unix:///run/tupper.sock; there the daemon knows its peer, and root
+	// and the members of group tupper need no APIKey. Empty means the
+	// local socket of the daemon of $TUPPER_ROOT (else of the default
+	// state root) when that socket exists, and ErrNoEndpoint otherwise.
 	APIURL string
 	// APIKey is sent as X-API-KEY on control-plane calls; a Tupper key
 	// comes from `tupper keys create`.
 	APIKey string
 	// SandboxURL is where the data plane (the sandboxes' agents) is
 	// reached, with the E2b-Sandbox-Id header naming the sandbox; empty
-	// means APIURL, as with `tupper serve`, which serves both on one port.
+	// means APIURL, as with `tupper serve`, which serves both on one port
+	// (and its socket). A unix:// URL is allowed here too.
 	SandboxURL string
 	// HTTPClient carries every request; nil means http.DefaultClient. It
 	// must not set a Timeout: command and watch streams last as long as
-	// their commands. Bound calls with contexts instead.
+	// their commands. Bound calls with contexts instead. With a unix://
+	// URL its Transport must be nil or an *http.Transport, a copy of
+	// which dials the socket.
 	HTTPClient *http.Client
 }
 
@@ -95,7 +103,11 @@ func HTTPConfigFromEnv() HTTPConfig {
 // Validate checks the configuration and fills its defaults.
 func (c *HTTPConfig) Validate() error {
 	if c.APIURL == "" {
-		return ErrNoEndpoint
+		p := localsock.Of("")
+		if !localsock.Exists(p) {
+			return ErrNoEndpoint
+		}
+		c.APIURL = localsock.URL(p)
 	}
 	if err := checkBaseURL("API URL", c.APIURL); err != nil {
 		return err
@@ -113,9 +125,15 @@ func (c *HTTPConfig) Validate() error {
 }
 
 func checkBaseURL(what, s string) error {
+	if strings.HasPrefix(s, "unix:") {
+		if _, ok := localsock.FromURL(s); !ok {
+			return fmt.Errorf("%s %q: %w: want unix:///absolute/path/of/the.sock", what, s, errdefs.ErrInvalidArgument)
+		}
+		return nil
+	}
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("%s %q: %w: want http(s)://host[:port][/path]", what, s, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("%s %q: %w: want http(s)://host[:port][/path] or unix:///path", what, s, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -125,7 +143,11 @@ func checkBaseURL(what, s string) error {
 // authenticated by the API key) and each sandbox's agent at SandboxURL,
 // routed by the E2b-Sandbox-Id header. It is safe for concurrent use.
 type HTTPTransport struct {
-	apiURL     string // without a trailing slash
+	// endpoint is the API URL as configured, unix:// included.
+	endpoint string
+	// apiURL and sandboxURL are the base URLs requests are sent to,
+	// without a trailing slash: a unix socket's is http://socketHost.
+	apiURL     string
 	sandboxURL string
 	apiKey     string
 	client     *http.Client // the control plane's
@@ -148,26 +170,36 @@ func NewHTTPTransport(cfg HTTPConfig) (*HTTPTransport, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	apiURL, client, err := viaSocket(cfg.APIURL, cfg.HTTPClient)
+	if err != nil {
+		return nil, err
+	}
+	sandboxURL, dataBase, err := viaSocket(cfg.SandboxURL, cfg.HTTPClient)
+	if err != nil {
+		return nil, err
+	}
 	// The data plane's client sends stream requests with a length, as the
 	// E2B SDKs do (see fixedLengthStreams); it is otherwise the caller's.
-	data := *cfg.HTTPClient
+	data := *dataBase
 	base := data.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
 	data.Transport = fixedLengthStreams{base: base}
 	return &HTTPTransport{
-		apiURL:     strings.TrimRight(cfg.APIURL, "/"),
-		sandboxURL: strings.TrimRight(cfg.SandboxURL, "/"),
+		endpoint:   strings.TrimRight(cfg.APIURL, "/"),
+		apiURL:     strings.TrimRight(apiURL, "/"),
+		sandboxURL: strings.TrimRight(sandboxURL, "/"),
 		apiKey:     cfg.APIKey,
-		client:     cfg.HTTPClient,
+		client:     client,
 		dataClient: &data,
 		tokens:     map[string]string{},
 	}, nil
 }
 
-// APIURL returns the control plane's URL.
-func (t *HTTPTransport) APIURL() string { return t.apiURL }
+// APIURL returns the control plane's URL as configured: an http(s) URL, or
+// the unix:// URL of a local socket.
+func (t *HTTPTransport) APIURL() string { return t.endpoint }
 
 // The control plane's bodies, in the E2B API's field names
 // (shared/specs/e2b-wire.md §2).

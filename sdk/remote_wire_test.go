@@ -309,8 +309,12 @@ func TestHTTPConfig(t *testing.T) {
 		})
 	}
 
+	// No URL means the local daemon's socket, which this root has not.
+	t.Setenv("TUPPER_ROOT", t.TempDir())
 	bad := []sdk.HTTPConfig{
 		{},
+		{APIURL: "unix://relative.sock"},
+		{APIURL: "unix:///"},
 		{APIURL: "127.0.0.1:3000"},
 		{APIURL: "ftp://x"},
 		{APIURL: "http://x", SandboxURL: "x"},

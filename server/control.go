@@ -58,11 +58,16 @@ func (s *Server) controlPlane() http.Handler {
 // requireAPIKey lets through requests with a valid X-API-KEY, scoped to
 // the key's team: every engine call of the request then sees and touches
 // only that team's sandboxes, and any other answers 404, as an unknown id
-// does.
+// does. On the local socket, a request without a key is its peer's (see
+// serveSocketPeer).
 func (s *Server) requireAPIKey(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get(headerAPIKey)
 		if key == "" {
+			if p, ok := socketPeerFrom(r.Context()); ok {
+				s.serveSocketPeer(w, r, p, next)
+				return
+			}
 			writeStatus(w, http.StatusUnauthorized, "missing X-API-KEY header: pass one of the keys of `tupper keys`")
 			return
 		}

@@ -27,6 +27,10 @@ type ListenOptions struct {
 	// Ready, when set, is called with the bound address once the server
 	// listens, for example to print it.
 	Ready func(addr net.Addr)
+	// Socket, when set, is the local socket (ListenSocket), served too,
+	// in plain HTTP: its peers' credentials stand in for an API key (see
+	// SocketOptions). Serve closes it, which removes the socket.
+	Socket net.Listener
 }
 
 // DefaultAddr is where `tupper serve` listens unless told otherwise: the
@@ -75,12 +79,15 @@ func Listen(ctx context.Context, opts ListenOptions) (net.Listener, error) {
 	return ln, nil
 }
 
-// Serve serves h on ln until ctx ends, as ListenAndServe does, but on a
-// listener the caller made; it closes ln. opts.Addr is not used and not
-// checked.
+// Serve serves h on ln, and on opts.Socket when set, until ctx ends, as
+// ListenAndServe does, but on a listener the caller made; it closes ln and
+// opts.Socket. opts.Addr is not used and not checked.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, opts ListenOptions) error {
 	if err := opts.validate(); err != nil {
 		ln.Close()
+		if opts.Socket != nil {
+			opts.Socket.Close()
+		}
 		return err
 	}
 	srv := &http.Server{
@@ -90,11 +97,13 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, opts ListenOpti
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnContext:       connContext,
 	}
 	if opts.Ready != nil {
 		opts.Ready(ln.Addr())
 	}
-	errc := make(chan error, 1)
+	serving := 1
+	errc := make(chan error, 2)
 	go func() {
 		if opts.CertFile != "" {
 			errc <- srv.ServeTLS(ln, opts.CertFile, opts.KeyFile)
@@ -102,18 +111,29 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, opts ListenOpti
 			errc <- srv.Serve(ln)
 		}
 	}()
+	if opts.Socket != nil {
+		serving++
+		go func() { errc <- srv.Serve(opts.Socket) }()
+	}
+	var first error
 	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
+	case first = <-errc:
+		serving--
 	case <-ctx.Done():
 	}
+	// Either listener failing stops both, as the end of ctx does.
 	sctx, cancel := context.WithTimeout(context.Background(), opts.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		srv.Close()
 	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", err)
+	for ; serving > 0; serving-- {
+		if err := <-errc; first == nil && !errors.Is(err, http.ErrServerClosed) {
+			first = err
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("serve: %w", first)
 	}
 	return nil
 }
