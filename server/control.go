@@ -34,11 +34,13 @@ func (s *Server) controlPlane() http.Handler {
 	handle("GET", "/sandboxes/{id}/metrics", s.handleMetrics)
 	handle("PUT", "/sandboxes/{id}/network", s.handleNetwork)
 	handle("GET", "/sandboxes/{id}/network/denials", s.handleNetworkDenials)
+	handle("GET", "/images", s.handleListImages)
 	s.snapshotRoutes(handle)
 	s.volumeRoutes(handle)
 	s.secretRoutes(handle)
 	s.templateRoutes(handle)
 	s.observeRoutes(handle)
+	s.dashboardRoutes(handle)
 
 	// A pattern without a method is less specific than one with, so these
 	// catch only the methods not registered above.
@@ -59,7 +61,8 @@ func (s *Server) controlPlane() http.Handler {
 // the key's team: every engine call of the request then sees and touches
 // only that team's sandboxes, and any other answers 404, as an unknown id
 // does. On the local socket, a request without a key is its peer's (see
-// serveSocketPeer).
+// serveSocketPeer). The key of a dashboard session (logins.go) acts in the
+// scope of whoever asked for its sign-in link.
 func (s *Server) requireAPIKey(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get(headerAPIKey)
@@ -69,6 +72,10 @@ func (s *Server) requireAPIKey(next http.Handler) http.Handler {
 				return
 			}
 			writeStatus(w, http.StatusUnauthorized, "missing X-API-KEY header: pass one of the keys of `tupper keys`")
+			return
+		}
+		if r, ok := s.sessionContext(r, key); ok {
+			next.ServeHTTP(w, r)
 			return
 		}
 		k, err := s.keys.Verify(r.Context(), key)
