@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lightbearco/tupper/auth"
+	"github.com/lightbearco/tupper/backend/backendtest"
+	"github.com/lightbearco/tupper/engine"
+	"github.com/lightbearco/tupper/internal/testutil"
+	"github.com/lightbearco/tupper/server"
+)
+
+// TestDashboardCommand runs `tupper dashboard` against the real server and
+// engine (on the fake backend): it prints a link alone on standard output
+// that signs in once, --open hands the link to xdg-open, and a refused key
+// says what to do.
+func TestDashboardCommand(t *testing.T) {
+	clearAPIEnv(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(ctx, engine.Config{
+		Root: filepath.Join(dir, "engine"), Backend: backendtest.NewFake(), BackendName: "fake",
+		Images: stubImages{dir}, AgentPath: exe, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	keys, err := auth.Open(filepath.Join(dir, "keys.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keys.Close()
+	key, _, err := keys.Create(ctx, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{Engine: eng, Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+
+	// A stand-in for xdg-open that notes what it was asked to open.
+	bin := t.TempDir()
+	opened := filepath.Join(dir, "opened")
+	script := "#!/bin/sh\nprintf '%s' \"$1\" > " + opened + "\n"
+	if err := os.WriteFile(filepath.Join(bin, "xdg-open"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	var stdout, stderr bytes.Buffer
+	g := &globals{stdout: &stdout, stderr: &stderr}
+	if err := runDashboard(ctx, g, &dashboardOptions{api: apiOptions{url: hs.URL, key: key}, open: true}); err != nil {
+		t.Fatal(err)
+	}
+	link := strings.TrimSpace(stdout.String())
+	if !strings.HasPrefix(link, hs.URL+"/dashboard/#login=") || strings.Count(stdout.String(), "\n") != 1 {
+		t.Fatalf("stdout %q, want the link alone", stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "works once") {
+		t.Errorf("stderr %q does not say the link works once", stderr.String())
+	}
+	testutil.WaitFor(t, 10*time.Second, "xdg-open to be run", func() bool {
+		b, _ := os.ReadFile(opened)
+		return string(b) == link
+	})
+
+	// The link signs in, once.
+	_, token, _ := strings.Cut(link, "#login=")
+	for i, want := range []int{http.StatusCreated, http.StatusUnauthorized} {
+		resp, err := http.Post(hs.URL+"/dashboard/session", "application/json", strings.NewReader(`{"token":"`+token+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("use %d of the link: %s, want %d", i+1, resp.Status, want)
+		}
+	}
+
+	stdout.Reset()
+	err = runDashboard(ctx, g, &dashboardOptions{api: apiOptions{url: hs.URL, key: "e2b_" + strings.Repeat("0", 40)}})
+	if err == nil || !strings.Contains(err.Error(), "refused the API key") || stdout.Len() != 0 {
+		t.Errorf("with a wrong key: %v, printed %q", err, stdout.String())
+	}
+}
