@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lightbearco/tupper/internal/localsock"
 	"github.com/lightbearco/tupper/sdk"
 	"github.com/lightbearco/tupper/server"
 )
@@ -21,7 +22,8 @@ import (
 // This file is the plumbing shared by the commands that are clients of a
 // running `tupper serve` (create, ls, info, exec, run-code, shell, cp, read,
 // write, kill, timeout): where the daemon is, which key opens it, and errors
-// that say what to do.
+// that say what to do. On the daemon's own host they reach it through its
+// local socket, with no key (see package localsock).
 
 // defaultAPIURL is where `tupper serve` listens unless told otherwise.
 const defaultAPIURL = "http://" + server.DefaultAddr
@@ -30,12 +32,32 @@ const defaultAPIURL = "http://" + server.DefaultAddr
 type apiOptions struct {
 	url string
 	key string
+	// root returns --root, whose daemon's local socket is used when no
+	// URL is given; nil means none was given.
+	root func() string
 }
 
 func addAPIFlags(cmd *cobra.Command, o *apiOptions) {
 	f := cmd.Flags()
-	f.StringVar(&o.url, "api-url", "", "URL of `tupper serve` (default $TUPPER_API_URL, else $E2B_API_URL, else "+defaultAPIURL+")")
-	f.StringVar(&o.key, "api-key", "", "API key (default $TUPPER_API_KEY, else $E2B_API_KEY; make one with `tupper keys create`)")
+	f.StringVar(&o.url, "api-url", "", "URL of `tupper serve`, http(s):// or unix:// (default $TUPPER_API_URL, else $E2B_API_URL, else the socket of --root's daemon when it exists, else "+defaultAPIURL+")")
+	f.StringVar(&o.key, "api-key", "", "API key (default $TUPPER_API_KEY, else $E2B_API_KEY; make one with `tupper keys create`; none is needed on the daemon's socket as root or group "+localsock.Group+")")
+	// --root is the root command's persistent flag, parsed by the time
+	// the command runs.
+	o.root = func() string {
+		if fl := cmd.Flag("root"); fl != nil {
+			return fl.Value.String()
+		}
+		return ""
+	}
+}
+
+// rootDir is the state root whose daemon's socket the options look for:
+// --root, else $TUPPER_ROOT, else the default root.
+func (o *apiOptions) rootDir() string {
+	if o.root == nil {
+		return ""
+	}
+	return o.root()
 }
 
 // config resolves where the daemon is and which key opens it: the flags,
@@ -58,22 +80,67 @@ func (o *apiOptions) config() sdk.HTTPConfig {
 	return cfg
 }
 
+// target is config with the local socket in the default's place: the
+// socket of --root's daemon, when it exists, is used before the default
+// address.
+func (o *apiOptions) target() sdk.HTTPConfig {
+	cfg := sdk.HTTPConfigFromEnv()
+	if o.url == "" && cfg.APIURL == "" {
+		if p := localsock.Of(o.rootDir()); localsock.Exists(p) {
+			cfg.APIURL = localsock.URL(p)
+			if o.key != "" {
+				cfg.APIKey = o.key
+			}
+			return cfg
+		}
+	}
+	return o.config()
+}
+
 // remote is a client of a running `tupper serve`.
 type remote struct {
 	*sdk.Client
 	url    string
 	hasKey bool
+	// socket is the path of the local socket the client uses; "" over
+	// TCP.
+	socket string
 }
 
 // dial returns a client of the daemon the options name. It makes no
 // request.
 func (o *apiOptions) dial() (*remote, error) {
-	cfg := o.config()
+	cfg := o.target()
 	t, err := sdk.NewHTTPTransport(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("--api-url: %w", err)
 	}
-	return &remote{Client: &sdk.Client{Transport: t}, url: t.APIURL(), hasKey: cfg.APIKey != ""}, nil
+	socket, _ := localsock.FromURL(cfg.APIURL)
+	return &remote{Client: &sdk.Client{Transport: t}, url: t.APIURL(), hasKey: cfg.APIKey != "", socket: socket}, nil
+}
+
+// unreached turns an error of reaching the daemon into one that says what
+// to do, and returns nil for other errors.
+func (r *remote) unreached(err error) error {
+	switch {
+	case r.socket != "" && denied(err):
+		return socketDenied(r.socket)
+	case r.socket != "" && (unreachable(err) || errors.Is(err, syscall.ENOENT)):
+		return fmt.Errorf("cannot reach tupper serve's socket %s: nothing listens on it; start it with `tupper serve` (or point --api-url or TUPPER_API_URL at a daemon elsewhere)", r.socket)
+	case unreachable(err):
+		return fmt.Errorf("cannot reach tupper at %s: start it with `tupper serve` (or point --api-url or TUPPER_API_URL at it)", r.url)
+	}
+	return nil
+}
+
+// socketDenied is the error of a local socket the user may not connect to.
+func socketDenied(path string) error {
+	return fmt.Errorf("cannot reach tupper serve's socket %s: permission denied; run as root or join the %s group (or set TUPPER_API_URL and TUPPER_API_KEY)", path, localsock.Group)
+}
+
+// denied reports whether err means the caller may not connect.
+func denied(err error) bool {
+	return errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)
 }
 
 // control turns an error of a control-plane call about sandbox id (empty
@@ -82,10 +149,10 @@ func (r *remote) control(err error, id string) error {
 	switch {
 	case err == nil:
 		return nil
-	case unreachable(err):
-		return fmt.Errorf("cannot reach tupper at %s: start it with `tupper serve` (or point --api-url or TUPPER_API_URL at it)", r.url)
+	case r.unreached(err) != nil:
+		return r.unreached(err)
 	case sdk.IsUnauthenticated(err) && !r.hasKey:
-		return fmt.Errorf("tupper at %s needs an API key: make one with `tupper keys create` and pass it with --api-key or TUPPER_API_KEY", r.url)
+		return fmt.Errorf("tupper at %s needs an API key: make one with `tupper keys create` and pass it with --api-key or TUPPER_API_KEY (on the daemon's host, root and group %s need none)", r.url, localsock.Group)
 	case sdk.IsUnauthenticated(err):
 		return fmt.Errorf("tupper at %s refused the API key: check --api-key or TUPPER_API_KEY against `tupper keys ls`, or make one with `tupper keys create`", r.url)
 	case id != "" && sdk.IsNotFound(err):
@@ -101,8 +168,8 @@ func (r *remote) data(ctx context.Context, err error, id string) error {
 	switch {
 	case err == nil:
 		return nil
-	case unreachable(err):
-		return fmt.Errorf("cannot reach tupper at %s: start it with `tupper serve` (or point --api-url or TUPPER_API_URL at it)", r.url)
+	case r.unreached(err) != nil:
+		return r.unreached(err)
 	case sdk.IsUnavailable(err) && ctx.Err() == nil:
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lightbearco/tupper/engine"
+	"github.com/lightbearco/tupper/internal/localsock"
 	"github.com/lightbearco/tupper/local"
 	"github.com/lightbearco/tupper/mcp"
 	"github.com/lightbearco/tupper/sdk"
@@ -49,8 +50,9 @@ func newMCPCmd(g *globals) *cobra.Command {
 standard input and output, for an MCP client to start as a subprocess.
 
 It talks to a running ` + "`tupper serve`" + ` when one is configured or answers:
---url, else $TUPPER_API_URL or $E2B_API_URL, else ` + defaultDaemonURL + ` when a daemon
-listens there; the API key comes from $TUPPER_API_KEY or $E2B_API_KEY.
+--url, else $TUPPER_API_URL or $E2B_API_URL, else the local socket of --root's
+daemon (no API key needed as root or group ` + localsock.Group + `), else ` + defaultDaemonURL + `
+when a daemon listens there; the API key comes from $TUPPER_API_KEY or $E2B_API_KEY.
 Otherwise (or with --local) it runs an embedded engine on --root, which needs
 root and runsc; its sandboxes end when it stops.
 
@@ -78,7 +80,7 @@ Streamable HTTP is served by ` + "`tupper serve`" + ` at /mcp.`,
 func runMCP(ctx context.Context, g *globals, o *mcpOptions) error {
 	log := g.logger()
 	cfg := mcp.Config{DefaultTimeout: o.timeout, OutputLimit: o.outputLimit, Logger: log}
-	transport, err := o.daemon(ctx)
+	transport, err := o.daemon(ctx, g.root)
 	if err != nil {
 		return err
 	}
@@ -115,26 +117,13 @@ func runMCP(ctx context.Context, g *globals, o *mcpOptions) error {
 	return err
 }
 
-// daemon returns the HTTP transport of the daemon to use, or nil when the
-// embedded engine should run.
-func (o *mcpOptions) daemon(ctx context.Context) (*sdk.HTTPTransport, error) {
+// daemon returns the HTTP transport of the daemon to use (see findDaemon),
+// or nil when the embedded engine should run on root.
+func (o *mcpOptions) daemon(ctx context.Context, root string) (*sdk.HTTPTransport, error) {
 	if o.local {
 		return nil, nil
 	}
-	cfg := sdk.HTTPConfigFromEnv()
-	if o.url != "" {
-		cfg.APIURL, cfg.SandboxURL = o.url, ""
-	}
-	if cfg.APIURL == "" {
-		if !answers(ctx, defaultDaemonURL) {
-			return nil, nil
-		}
-		cfg.APIURL = defaultDaemonURL
-	}
-	if cfg.APIKey == "" {
-		return nil, fmt.Errorf("the Tupper daemon at %s needs an API key: set TUPPER_API_KEY (the first `tupper serve` prints one), or pass --local for an embedded engine", cfg.APIURL)
-	}
-	return sdk.NewHTTPTransport(cfg)
+	return findDaemon(ctx, root, o.url, "")
 }
 
 // answers reports whether something accepts connections at rawURL's host.

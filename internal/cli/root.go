@@ -49,13 +49,14 @@ func (g *globals) loggerAt(level slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
 }
 
-// openLocal opens an in-process Tupper runtime with the global flags.
-func (g *globals) openLocal(ctx context.Context) (*local.Runtime, error) {
+// openLocal opens an in-process Tupper runtime with the global flags and
+// its images in imageRoot (empty means <root>/images).
+func (g *globals) openLocal(ctx context.Context, imageRoot string) (*local.Runtime, error) {
 	opts, err := g.backendOptions()
 	if err != nil {
 		return nil, err
 	}
-	return local.Open(ctx, local.Config{Root: g.root, Backend: g.backend, BackendOptions: opts, Logger: g.logger()})
+	return local.Open(ctx, local.Config{Root: g.root, ImageRoot: imageRoot, Backend: g.backend, BackendOptions: opts, Logger: g.logger()})
 }
 
 // backendOptions parses --backend-opt into the default backend's options;

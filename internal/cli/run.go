@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lightbearco/tupper/internal/localsock"
 	"github.com/lightbearco/tupper/local"
 	"github.com/lightbearco/tupper/sdk"
 )
@@ -25,6 +26,13 @@ type runOptions struct {
 	disk     sizeFlag
 	keep     bool
 	argv     []string
+	// api says how to reach a daemon; local runs an embedded engine even
+	// when one answers.
+	api   apiOptions
+	local bool
+	// imageRoot is hidden: tests point the embedded engine at a shared,
+	// already built image store.
+	imageRoot string
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -33,8 +41,13 @@ func newRunCmd(g *globals) *cobra.Command {
 		Use:   "run [--template NAME | --image REF] -- CMD [ARG...]",
 		Short: "Run one command in a fresh sandbox, stream its output, and exit with its code",
 		Long: `Run one command in a fresh sandbox, stream its output, and exit with its code.
-run needs no daemon: it runs the sandbox itself, on --backend NAME, else this
-host's default backend (` + local.DefaultBackend + `).`,
+
+When a ` + "`tupper serve`" + ` is reachable, the sandbox is its: --api-url, else
+$TUPPER_API_URL or $E2B_API_URL, else the local socket of --root's daemon (no
+API key needed as root or group ` + localsock.Group + `), else ` + defaultAPIURL + ` when a
+daemon answers there (with $TUPPER_API_KEY). Otherwise, or with --local, run
+needs no daemon: it runs the sandbox itself on --root, on --backend NAME, else
+this host's default backend (` + local.DefaultBackend + `).`,
 		Example: `  tupper run -- python3 -c 'print(6*7)'
   tupper run --image alpine:3 --env GREETING=hi -- sh -c 'echo $GREETING'`,
 		Args: cobra.MinimumNArgs(1),
@@ -54,6 +67,10 @@ host's default backend (` + local.DefaultBackend + `).`,
 	f.IntVar(&o.memoryMB, "memory", 0, "memory limit in MB (default 1024)")
 	f.Var(&o.disk, "disk", "disk size, /tmp included, such as 2G or 512M (default 10G)")
 	f.BoolVar(&o.keep, "keep", false, "leave the sandbox running afterwards and print its id")
+	f.BoolVar(&o.local, "local", false, "run the sandbox in an embedded engine even when a daemon is reachable")
+	addAPIFlags(cmd, &o.api)
+	f.StringVar(&o.imageRoot, "image-root", "", "image store directory of the embedded engine (default <root>/images)")
+	_ = f.MarkHidden("image-root")
 	return cmd
 }
 
@@ -62,12 +79,11 @@ func runRun(ctx context.Context, g *globals, o *runOptions) error {
 	if err != nil {
 		return err
 	}
-	rt, err := g.openLocal(ctx)
+	client, backend, closeClient, err := o.sandboxes(ctx, g)
 	if err != nil {
 		return err
 	}
-	defer rt.Close()
-	client := &sdk.Client{Transport: rt}
+	defer closeClient()
 	// The sandbox must outlive the command's own timeout but not linger
 	// after a crash of this process: give it a little more.
 	life := 24 * time.Hour
@@ -76,6 +92,7 @@ func runRun(ctx context.Context, g *globals, o *runOptions) error {
 	}
 	sb, err := client.Create(ctx, sdk.CreateOptions{
 		Template: o.template, Image: o.image, Envs: env, Timeout: life, CPUs: o.cpus, MemoryMB: o.memoryMB, DiskMB: o.disk.mb,
+		Backend: backend,
 	})
 	if err != nil {
 		return err
@@ -108,6 +125,30 @@ func runRun(ctx context.Context, g *globals, o *runOptions) error {
 		return &exitError{code: exit.ExitCode}
 	}
 	return err
+}
+
+// sandboxes returns the client that runs the sandbox: a reachable daemon's
+// (see findDaemon), else an embedded engine's on --root; the backend the
+// create must ask for (--backend, which a daemon is told and an embedded
+// engine opens as its default); and what closes the client.
+func (o *runOptions) sandboxes(ctx context.Context, g *globals) (*sdk.Client, string, func(), error) {
+	if !o.local {
+		t, err := findDaemon(ctx, g.root, o.api.url, o.api.key)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		if t != nil {
+			if len(g.backendOpts) > 0 {
+				return nil, "", nil, fmt.Errorf("--backend-opt sets up an embedded engine, but the daemon at %s runs the sandbox with its own: drop it, or pass --local", t.APIURL())
+			}
+			return &sdk.Client{Transport: t}, g.backend, func() {}, nil
+		}
+	}
+	rt, err := g.openLocal(ctx, o.imageRoot)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return &sdk.Client{Transport: rt}, "", func() { rt.Close() }, nil
 }
 
 // parsePairs turns KEY=VALUE flags into a map.

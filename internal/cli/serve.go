@@ -17,6 +17,7 @@ import (
 	"github.com/lightbearco/tupper/auth"
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/localsock"
 	"github.com/lightbearco/tupper/local"
 	"github.com/lightbearco/tupper/mcp"
 	"github.com/lightbearco/tupper/netpolicy"
@@ -64,7 +65,11 @@ kill sandboxes) and the data plane (commands, files) of every sandbox.
 Point the E2B SDKs at it with
   E2B_API_URL=http://127.0.0.1:3000 E2B_SANDBOX_URL=http://127.0.0.1:3000 E2B_API_KEY=e2b_…
 
-The first start creates an API key and prints it once.
+The first start creates an API key and prints it once. On this host no key is
+needed: the daemon also listens on a unix socket (/run/tupper.sock for the
+default --root, /run/tupper-<hash>.sock for another), where root and the
+members of group tupper act as the first key does; the CLI, ` + "`tupper mcp`" + ` and
+the Go SDK use it when no URL is set.
 
 Sandboxes run on the backend --backend names, else on this host's default:
 ` + local.DefaultBackend + `. A create may ask for another backend built into tupper: the API's
@@ -202,7 +207,13 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 		return err
 	}
 	defer srv.Close()
+	if listen.Socket, err = listenSocket(root, log); err != nil {
+		return err
+	}
 	fmt.Fprintf(g.stderr, "tupper serve: listening on %s\n", url)
+	if listen.Socket != nil {
+		fmt.Fprintf(g.stderr, "tupper serve: and on %s, where root and group %s need no API key\n", localsock.URL(listen.Socket.Addr().String()), localsock.Group)
+	}
 	err = server.Serve(ctx, ln, srv, listen)
 	if o.killOnExit {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
