@@ -16,8 +16,9 @@ import (
 // $TUPPER_API_URL and $E2B_API_URL, then the local socket of root's daemon
 // when a daemon listens there, then `tupper serve`'s default address when
 // something answers there. Only a daemon reached over TCP needs a key (key,
-// else $TUPPER_API_KEY or $E2B_API_KEY).
-func findDaemon(ctx context.Context, root, url, key string) (*sdk.HTTPTransport, error) {
+// else $TUPPER_API_KEY or $E2B_API_KEY); without one, the default address
+// is asked only when keyless is set, and then fails for want of a key.
+func findDaemon(ctx context.Context, root, url, key string, keyless bool) (*sdk.HTTPTransport, error) {
 	cfg := sdk.HTTPConfigFromEnv()
 	if url != "" {
 		cfg.APIURL, cfg.SandboxURL = url, ""
@@ -33,7 +34,7 @@ func findDaemon(ctx context.Context, root, url, key string) (*sdk.HTTPTransport,
 		cfg.APIURL = u
 	}
 	if cfg.APIURL == "" {
-		if !answers(ctx, defaultDaemonURL) {
+		if (cfg.APIKey == "" && !keyless) || !answers(ctx, defaultDaemonURL) {
 			return nil, nil
 		}
 		cfg.APIURL = defaultDaemonURL

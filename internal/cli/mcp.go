@@ -123,7 +123,7 @@ func (o *mcpOptions) daemon(ctx context.Context, root string) (*sdk.HTTPTranspor
 	if o.local {
 		return nil, nil
 	}
-	return findDaemon(ctx, root, o.url, "")
+	return findDaemon(ctx, root, o.url, "", true)
 }
 
 // answers reports whether something accepts connections at rawURL's host.

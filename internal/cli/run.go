@@ -44,8 +44,8 @@ func newRunCmd(g *globals) *cobra.Command {
 
 When a ` + "`tupper serve`" + ` is reachable, the sandbox is its: --api-url, else
 $TUPPER_API_URL or $E2B_API_URL, else the local socket of --root's daemon (no
-API key needed as root or group ` + localsock.Group + `), else ` + defaultAPIURL + ` when a
-daemon answers there (with $TUPPER_API_KEY). Otherwise, or with --local, run
+API key needed as root or group ` + localsock.Group + `), else, when an API key is set,
+` + defaultAPIURL + ` if a daemon answers there. Otherwise, or with --local, run
 needs no daemon: it runs the sandbox itself on --root, on --backend NAME, else
 this host's default backend (` + local.DefaultBackend + `).`,
 		Example: `  tupper run -- python3 -c 'print(6*7)'
@@ -133,7 +133,10 @@ func runRun(ctx context.Context, g *globals, o *runOptions) error {
 // engine opens as its default); and what closes the client.
 func (o *runOptions) sandboxes(ctx context.Context, g *globals) (*sdk.Client, string, func(), error) {
 	if !o.local {
-		t, err := findDaemon(ctx, g.root, o.api.url, o.api.key)
+		// The default address is asked only with a key: without one, a
+		// daemon there is not this root's (which would have its socket)
+		// and could not be used anyway.
+		t, err := findDaemon(ctx, g.root, o.api.url, o.api.key, false)
 		if err != nil {
 			return nil, "", nil, err
 		}

@@ -129,3 +129,29 @@ func TestSocketErrors(t *testing.T) {
 		t.Errorf("a refused connect: %v, want %q", err, want)
 	}
 }
+
+// TestRunFindsDaemon checks how `tupper run` picks between a daemon and an
+// embedded engine: unlike `tupper mcp`, it does not ask the default address
+// without a key, since a daemon there is not its root's.
+func TestRunFindsDaemon(t *testing.T) {
+	clearAPIEnv(t)
+	ctx := context.Background()
+	root := t.TempDir()
+	if tr, err := findDaemon(ctx, root, "", "", false); err != nil || tr != nil {
+		t.Errorf("no URL, key or socket: %v, %v; want the embedded engine", tr, err)
+	}
+	tr, err := findDaemon(ctx, root, "http://127.0.0.1:1", "e2b_x", false)
+	if err != nil || tr == nil || tr.APIURL() != "http://127.0.0.1:1" {
+		t.Errorf("a URL and a key: %v, %v; want the daemon there", tr, err)
+	}
+	if _, err := findDaemon(ctx, root, "http://127.0.0.1:1", "", false); err == nil || !strings.Contains(err.Error(), "needs an API key") {
+		t.Errorf("a URL without a key: %v, want an error asking for one", err)
+	}
+	testutil.RequiresRoot(t) // the socket goes in /run
+	sock := localsock.Of(root)
+	listenAt(t, sock, http.NotFoundHandler())
+	tr, err = findDaemon(ctx, root, "", "", false)
+	if err != nil || tr == nil || tr.APIURL() != localsock.URL(sock) {
+		t.Errorf("the root's socket: %v, %v; want the daemon there, with no key", tr, err)
+	}
+}
