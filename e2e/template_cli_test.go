@@ -9,10 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lightbearco/tupper/internal/progress"
 	"github.com/lightbearco/tupper/internal/testutil"
 )
 
@@ -103,6 +105,25 @@ CMD python3 -m http.server $PORT
 			t.Errorf("the build's log lacks %q:\n%s", want, res.stderr)
 		}
 	}
+	// Among the log, lines for scripts say each step and the result.
+	var steps []string
+	var result string
+	for _, line := range strings.Split(res.stderr, "\n") {
+		fields, err := progress.ParseLine(line)
+		if err != nil {
+			continue
+		}
+		switch ev, _ := progress.Get(fields, "event"); ev {
+		case progress.EventStep:
+			step, _ := progress.Get(fields, "step")
+			steps = append(steps, step)
+		case progress.EventDone:
+			result, _ = progress.Get(fields, "result")
+		}
+	}
+	if want := []string{"1/4", "2/4", "3/4", "4/4"}; !slices.Equal(steps, want) || result != id {
+		t.Errorf("progress lines say steps %v and result %q, want %v and %s:\n%s", steps, result, want, id, res.stderr)
+	}
 
 	t.Run("a sandbox of it", func(t *testing.T) {
 		sb := strings.TrimSpace(cli.ok(t, nil, "create", "--template", name, "--timeout", "5m"))
@@ -126,8 +147,14 @@ CMD python3 -m http.server $PORT
 			t.Fatalf("template build --json: exit %d; stderr:\n%s", res.code, res.stderr)
 		}
 		lines := jsonLines(t, res.stdout)
-		cached := 0
+		cached, cachedSteps := 0, 0
 		for _, l := range lines[:len(lines)-1] {
+			if l["type"] == progress.RecordType {
+				if name, _ := l["name"].(string); l["event"] == progress.EventStep && strings.HasSuffix(name, " (cached)") {
+					cachedSteps++
+				}
+				continue
+			}
 			if l["type"] != "log" || l["timestamp"] == nil {
 				t.Errorf("log line %v", l)
 			}
@@ -135,8 +162,8 @@ CMD python3 -m http.server $PORT
 				cached++
 			}
 		}
-		if cached != 4 {
-			t.Errorf("%d steps from the cache, want 4:\n%s", cached, res.stdout)
+		if cached != 4 || cachedSteps != 4 {
+			t.Errorf("%d steps from the cache in the log and %d in the progress, want 4:\n%s", cached, cachedSteps, res.stdout)
 		}
 		if last := lines[len(lines)-1]; last["type"] != "result" || last["templateID"] != id || last["name"] != name || last["buildID"] == "" {
 			t.Errorf("last line %v, want the result naming %s", last, id)

@@ -237,7 +237,9 @@ func (s *Store) BuildDebian(ctx context.Context, name string, opts BuildOptions,
 	defer removeTree(dir)
 	out := filepath.Join(dir, "rootfs.tar")
 
-	args := []string{"--variant=" + variant}
+	// --verbose shows apt's and dpkg's own lines, which count the
+	// packages of each step (debianProgress).
+	args := []string{"--verbose", "--variant=" + variant}
 	if len(opts.Packages) > 0 {
 		args = append(args, "--include="+strings.Join(opts.Packages, ","))
 	}
@@ -255,15 +257,18 @@ func (s *Store) BuildDebian(ctx context.Context, name string, opts BuildOptions,
 	}
 	rep.message(PhaseBuild, n, recipe)
 	start := time.Now()
-	if err := runBuilder(ctx, mmdebstrap, args, rep, n); err != nil {
+	steps := newDebianProgress(rep, n)
+	if err := runBuilder(ctx, mmdebstrap, args, rep, n, steps); err != nil {
 		return nil, fmt.Errorf("build %s: %w", n, err)
 	}
 	s.log.Info("image built", "op", "build", "image", n, "took", time.Since(start).Round(time.Second))
 
+	steps.enterNamed(stepStore)
 	diffID, size, err := s.adoptBlob(ctx, out, rep, "rootfs.tar")
 	if err != nil {
 		return nil, fmt.Errorf("build %s: %w", n, err)
 	}
+	steps.enterNamed(stepUnpack)
 	now := time.Now().UTC()
 	cfg := v1.ConfigFile{
 		Architecture: runtime.GOARCH,
@@ -311,9 +316,10 @@ func (s *Store) BuildRecipe(ctx context.Context, name string, progress Progress)
 	return s.BuildDebian(ctx, name, BuildOptions{Packages: r.Packages, Labels: r.Labels}, progress)
 }
 
-// runBuilder runs a build command, streaming its output lines to progress.
-// On failure the error quotes the last lines.
-func runBuilder(ctx context.Context, path string, args []string, rep *reporter, item string) error {
+// runBuilder runs a build command, streaming its output lines to progress
+// and to steps. On failure the error names the step and quotes the last
+// lines.
+func runBuilder(ctx context.Context, path string, args []string, rep *reporter, item string, steps *debianProgress) error {
 	cmd := exec.CommandContext(ctx, path, args...)
 	// mmdebstrap cleans up its mounts and temporary tree on SIGTERM; a kill
 	// would leave them behind.
@@ -338,6 +344,7 @@ func runBuilder(ctx context.Context, path string, args []string, rep *reporter, 
 			}
 			tail = append(tail, line)
 			rep.event(Event{Phase: PhaseBuild, Item: item, Message: line})
+			steps.line(line)
 		}
 		io.Copy(io.Discard, pr) // keep the builder from blocking on a long line
 	}()
@@ -352,8 +359,8 @@ func runBuilder(ctx context.Context, path string, args []string, rep *reporter, 
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
-		return fmt.Errorf("%s failed (%v); its last lines:\n\t%s\ncheck the package names and that a Debian mirror is reachable",
-			filepath.Base(path), ee, strings.Join(tail, "\n\t"))
+		return fmt.Errorf("%s failed%s (%v); its last lines:\n\t%s\ncheck the package names and that a Debian mirror is reachable",
+			filepath.Base(path), steps.where(), ee, strings.Join(tail, "\n\t"))
 	}
 	return fmt.Errorf("run %s: %w", filepath.Base(path), err)
 }

@@ -154,6 +154,11 @@ func (s *Store) fetchBlobs(ctx context.Context, layers []layerSource, rep *repor
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make([]error, len(layers))
+	for _, l := range layers {
+		if !s.hasBlob(l.Digest) {
+			rep.event(Event{Phase: PhaseDownload, Item: l.Digest.String(), Total: max(l.Size, 0)})
+		}
+	}
 	sem := make(chan struct{}, maxParallelBlobs)
 	var wg sync.WaitGroup
 	for i, l := range layers {

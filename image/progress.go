@@ -23,6 +23,14 @@ const (
 	// PhaseUnpack is applying a layer to a root filesystem. Item is the layer's
 	// digest; Current and Total count the bytes of the stored blob read so far.
 	PhaseUnpack Phase = "unpack"
+	// PhaseStep is a builder moving on to its next step. Item is the image;
+	// Current is the step's number, from 1, and Total how many steps there
+	// are; Message names the step.
+	PhaseStep Phase = "step"
+	// PhasePackages counts the Debian packages the current step of a build
+	// has handled: Current of Total, with Message saying what was done to
+	// them ("fetched", "unpacked", "set up").
+	PhasePackages Phase = "packages"
 	// PhaseDone reports a finished image: Item is its name, Message its id.
 	PhaseDone Phase = "done"
 )
@@ -33,6 +41,10 @@ const (
 // for the same item; Total is 0 when the size is not known in advance. Done
 // marks the last event for the item. Message, when set, is a line meant for
 // people ("already present", a builder's output).
+//
+// An operation announces the blobs it is about to copy and the layers it
+// is about to unpack with an event each at Current 0, before it starts on
+// the first, so that the sum of their Totals is known from the start.
 type Event struct {
 	Phase   Phase
 	Item    string
@@ -40,6 +52,10 @@ type Event struct {
 	Total   int64
 	Done    bool
 	Message string
+	// Fraction, on PhaseStep and PhasePackages events, is the builder's
+	// estimate of how much of the whole build is done, from 0 to 1, by the
+	// shares of the time its steps usually take.
+	Fraction float64
 }
 
 // Progress receives events while an image operation runs.

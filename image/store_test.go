@@ -238,32 +238,6 @@ func TestPruneRemovesLeftovers(t *testing.T) {
 	}
 }
 
-func TestTextProgress(t *testing.T) {
-	var b strings.Builder
-	p := image.NewTextProgress(&b)
-	d := "sha256:" + strings.Repeat("0123456789abcdef", 4)
-	p.Event(image.Event{Phase: image.PhaseResolve, Item: "alpine:3", Message: "resolving"})
-	p.Event(image.Event{Phase: image.PhaseDownload, Item: d, Total: 3_000_000})
-	p.Event(image.Event{Phase: image.PhaseDownload, Item: d, Current: 3_000_000, Total: 3_000_000, Done: true})
-	p.Event(image.Event{Phase: image.PhaseBuild, Item: "base", Message: "I: running apt-get update..."})
-	p.Event(image.Event{Phase: image.PhaseDownload, Item: d, Done: true, Message: "already present"})
-	p.Event(image.Event{Phase: image.PhaseDone, Item: "alpine:3", Message: "sha256:abc"})
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	want := strings.Join([]string{
-		"resolve  alpine:3 resolving",
-		"download 0123456789ab done 3.0 MB",
-		"build    I: running apt-get update...",
-		"download 0123456789ab already present",
-		"done     alpine:3 sha256:abc",
-		"",
-	}, "\n")
-	if diff := cmp.Diff(want, b.String()); diff != "" {
-		t.Errorf("output (-want +got):\n%s", diff)
-	}
-}
-
 // TestResolveGivesTheBlobs checks what a backend that needs the image as
 // layers relies on: the manifest, config and layer files are in the store,
 // their bytes match their digests, and the manifest names the same config

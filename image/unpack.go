@@ -83,6 +83,9 @@ func (s *Store) ensureUnpacked(ctx context.Context, chainID v1.Hash, layers []la
 		}
 	}
 	for _, layer := range layers[done0:] {
+		rep.event(Event{Phase: PhaseUnpack, Item: layer.Digest, Total: max(layer.Size, 0)})
+	}
+	for _, layer := range layers[done0:] {
 		if err := s.applyBlob(ctx, rootfs, layer, rep); err != nil {
 			return 0, err
 		}

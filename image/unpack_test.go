@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/lightbearco/tupper/errdefs"
-	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/internal/testutil"
 )
 
@@ -230,5 +229,4 @@ func TestRemoveUnknown(t *testing.T) {
 	if err := s.Tag(ctx(t), "nothing", "Bad Name"); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("Tag to a bad name = %v, want ErrInvalidArgument", err)
 	}
-	var _ image.Progress = image.NewTextProgress(&bytes.Buffer{})
 }

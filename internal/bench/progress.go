@@ -1,67 +1,33 @@
 package bench
 
-import (
-	"fmt"
-	"io"
-	"strings"
-)
+import "github.com/lightbearco/tupper/internal/progress"
 
-// Progress shows how far a bench has come: a bar redrawn in place on a
-// terminal, else one line as each figure starts and ends. Its zero value
-// shows nothing. It is used from one goroutine.
+// Progress shows how far a bench has come: each figure is a task of
+// Printer, counted in runs (a bar redrawn in place on a terminal, else
+// lines for scripts). Its zero value shows nothing. It is used from one
+// goroutine.
 type Progress struct {
-	// W receives the progress; nil shows nothing.
-	W io.Writer
-	// Terminal draws a bar in place instead of plain lines.
-	Terminal bool
+	// Printer shows the progress; nil shows nothing.
+	Printer *progress.Printer
 
-	what        string
+	task        *progress.Task
 	done, total int
 }
 
-// Start begins a step of total units.
+// Start begins a figure of total runs.
 func (p *Progress) Start(what string, total int) {
-	p.what, p.done, p.total = what, 0, total
-	if p.W == nil {
-		return
-	}
-	if p.Terminal {
-		p.draw()
-		return
-	}
-	if total == 1 {
-		fmt.Fprintf(p.W, "%s…\n", what)
-		return
-	}
-	fmt.Fprintf(p.W, "%s: %d runs…\n", what, total)
+	p.task = p.Printer.Start("bench", what)
+	p.done, p.total = 0, total
+	p.task.Amount(0, int64(total), "runs", "")
 }
 
-// Step counts one unit done.
+// Step counts one run done.
 func (p *Progress) Step() {
 	p.done++
-	if p.W != nil && p.Terminal {
-		p.draw()
-	}
+	p.task.Amount(int64(p.done), int64(p.total), "runs", "")
 }
 
-// End finishes the step with a one-line outcome.
+// End finishes the figure with a one-line outcome.
 func (p *Progress) End(outcome string) {
-	if p.W == nil {
-		return
-	}
-	if p.Terminal {
-		fmt.Fprint(p.W, "\r\033[K")
-	}
-	fmt.Fprintf(p.W, "%s: %s\n", p.what, outcome)
-}
-
-// barWidth is the bar's length in cells.
-const barWidth = 30
-
-func (p *Progress) draw() {
-	filled := 0
-	if p.total > 0 {
-		filled = min(barWidth, p.done*barWidth/p.total)
-	}
-	fmt.Fprintf(p.W, "\r\033[K[%s%s] %d/%d %s", strings.Repeat("#", filled), strings.Repeat(".", barWidth-filled), p.done, p.total, p.what)
+	p.task.Done(outcome)
 }

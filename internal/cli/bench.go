@@ -12,12 +12,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/lightbearco/tupper/backend/gvisor"
 	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/internal/bench"
+	"github.com/lightbearco/tupper/internal/progress"
 	"github.com/lightbearco/tupper/local"
 	"github.com/lightbearco/tupper/sdk"
 )
@@ -125,7 +125,7 @@ func runBench(ctx context.Context, g *globals, o *benchOptions) error {
 	bc := bench.Config{
 		Client: r.Client, Warm: warm, Template: o.template, Runs: o.runs, Concurrency: o.concurrent,
 		Sizes: transferSizes, Local: isLocal,
-		Progress: &bench.Progress{W: g.stderr, Terminal: isTerminal(g.stderr)},
+		Progress: &bench.Progress{Printer: progress.New(g.stderr, progress.FormatFor(g.stderr, false))},
 	}
 	runsc, _ := gvisor.FindRunsc()
 	scratch, err := os.MkdirTemp("", "tupper-bench-")
@@ -258,12 +258,6 @@ func loopbackURL(u string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// isTerminal reports whether w is a terminal.
-func isTerminal(w any) bool {
-	f, ok := w.(*os.File)
-	return ok && isatty.IsTerminal(f.Fd())
 }
 
 // withoutE2BEnv is env without the E2B SDK's settings, which the bench

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,7 +19,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lightbearco/tupper/image"
-	"github.com/lightbearco/tupper/local"
 )
 
 func newImageCmd(g *globals) *cobra.Command {
@@ -33,25 +33,7 @@ func newImageCmd(g *globals) *cobra.Command {
 // openImages opens the image store that the engine uses, without the rest
 // of the runtime: managing images needs no backend.
 func (g *globals) openImages() (*image.Store, error) {
-	root := g.root
-	if root == "" {
-		root = os.Getenv("TUPPER_ROOT")
-	}
-	if root == "" {
-		root = local.DefaultRoot
-	}
-	return image.Open(image.Config{Root: filepath.Join(root, "images"), Logger: g.logger()})
-}
-
-// withProgress runs op with a progress renderer on stderr.
-func withProgress(g *globals, op func(image.Progress) error) error {
-	p := image.NewTextProgress(g.stderr)
-	defer p.Close()
-	return op(p)
-}
-
-func printImage(g *globals, img *image.Image) {
-	fmt.Fprintf(g.stdout, "%s %s\n", strings.Join(img.Names, ","), shortID(img.ID))
+	return image.Open(image.Config{Root: filepath.Join(g.stateRoot(), "images"), Logger: g.logger()})
 }
 
 func shortID(id string) string {
@@ -63,10 +45,16 @@ func shortID(id string) string {
 }
 
 func newImagePullCmd(g *globals) *cobra.Command {
-	var opts image.PullOptions
+	var (
+		opts   image.PullOptions
+		asJSON bool
+	)
 	cmd := &cobra.Command{
-		Use:     "pull REF",
-		Short:   "Pull an image from an OCI registry",
+		Use:   "pull REF",
+		Short: "Pull an image from an OCI registry",
+		Long: `Pull an image from an OCI registry. Progress goes to standard error: a bar
+on a terminal, else lines for scripts (see docs/progress.md); --json writes
+it as JSON lines on standard output instead of the image's name and id.`,
 		Example: "  tupper image pull localhost:5000/tools:1 --insecure",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -75,22 +63,31 @@ func newImagePullCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			return withProgress(g, func(p image.Progress) error {
-				img, err := st.Pull(cmd.Context(), args[0], opts, p)
-				if err == nil {
-					printImage(g, img)
-				}
-				return err
+			_, err = imageRun{what: "pull", item: args[0], json: asJSON}.run(g, func(p image.Progress) ([]*image.Image, error) {
+				return one(st.Pull(cmd.Context(), args[0], opts, p))
 			})
+			return err
 		},
 	}
 	cmd.Flags().BoolVar(&opts.Insecure, "insecure", false, "talk plain HTTP to the registry (for a registry on loopback)")
 	cmd.Flags().StringVar(&opts.Platform, "platform", "", "os/arch[/variant] to pick from a multi-platform image (default this host's)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "write the progress and the result as JSON lines on standard output")
 	return cmd
 }
 
+// one makes a list of the image an operation made.
+func one(img *image.Image, err error) ([]*image.Image, error) {
+	if img == nil {
+		return nil, err
+	}
+	return []*image.Image{img}, err
+}
+
 func newImageImportCmd(g *globals) *cobra.Command {
-	var name string
+	var (
+		name   string
+		asJSON bool
+	)
 	cmd := &cobra.Command{
 		Use:   "import FILE|- [--name NAME]",
 		Short: "Import a `docker save` or OCI-layout tarball",
@@ -101,22 +98,17 @@ func newImageImportCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			return withProgress(g, func(p image.Progress) error {
-				var imgs []*image.Image
-				var err error
+			_, err = imageRun{what: "import", item: cmp.Or(name, args[0]), json: asJSON}.run(g, func(p image.Progress) ([]*image.Image, error) {
 				if args[0] == "-" {
-					imgs, err = st.Import(cmd.Context(), g.stdin, name, p)
-				} else {
-					imgs, err = st.ImportFile(cmd.Context(), args[0], name, p)
+					return st.Import(cmd.Context(), g.stdin, name, p)
 				}
-				for _, img := range imgs {
-					printImage(g, img)
-				}
-				return err
+				return st.ImportFile(cmd.Context(), args[0], name, p)
 			})
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "name to give the image (default the names in the tarball)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "write the progress and the result as JSON lines on standard output")
 	return cmd
 }
 
@@ -124,10 +116,17 @@ func newImageBuildCmd(g *globals) *cobra.Command {
 	var (
 		suite    string
 		packages []string
+		asJSON   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "build NAME [--package PKG...]",
 		Short: "Build a Debian image with mmdebstrap; `build base` makes the default template, `build code-interpreter` E2B's code interpreter",
+		Long: `Build a Debian image with mmdebstrap. Progress goes to standard error: the
+build's steps ([5/11] install packages) with a bar and an estimate of the
+time left on a terminal, else lines for scripts (see docs/progress.md);
+--json writes it as JSON lines on standard output. mmdebstrap's own output
+goes to ROOT/logs/build-NAME.log, and to the screen too with --verbose; a
+failed build names its step and quotes the log's last lines.`,
 		Example: `  tupper image build base
   tupper image build code-interpreter
   tupper image build py --package python3 --package python3-numpy`,
@@ -145,20 +144,50 @@ func newImageBuildCmd(g *globals) *cobra.Command {
 			if len(opts.Packages) == 0 {
 				return fmt.Errorf("image build %s: name the packages to install with --package (only %s have default lists)", args[0], strings.Join(slices.Sorted(maps.Keys(image.Recipes)), " and "))
 			}
-			start := time.Now()
-			return withProgress(g, func(p image.Progress) error {
-				img, err := st.BuildDebian(cmd.Context(), args[0], opts, p)
-				if err == nil {
-					printImage(g, img)
-					fmt.Fprintf(g.stderr, "built in %s\n", time.Since(start).Round(time.Second))
-				}
+			logPath := buildLogPath(g.stateRoot(), args[0])
+			logFile, err := createLog(logPath)
+			if err != nil {
 				return err
+			}
+			defer logFile.Close()
+			run := imageRun{what: "build", item: args[0], json: asJSON, log: logFile, show: g.verbose}
+			_, err = run.run(g, func(p image.Progress) ([]*image.Image, error) {
+				return one(st.BuildDebian(cmd.Context(), args[0], opts, p))
 			})
+			if st, serr := logFile.Stat(); err != nil && serr == nil && st.Size() > 0 {
+				return fmt.Errorf("%w\nthe whole log: %s", err, logPath)
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&suite, "suite", "", "Debian suite (default "+image.DefaultSuite+")")
 	cmd.Flags().StringArrayVarP(&packages, "package", "p", nil, "Debian package to install (repeatable)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "write the progress and the result as JSON lines on standard output")
 	return cmd
+}
+
+// buildLogPath is where `image build` keeps the builder's output for the
+// image name, under the state root.
+func buildLogPath(root, name string) string {
+	safe := strings.Map(func(r rune) rune {
+		if r == '/' || r == ':' || r == '@' {
+			return '_'
+		}
+		return r
+	}, name)
+	return filepath.Join(root, "logs", "build-"+safe+".log")
+}
+
+// createLog makes the file at path afresh, and its directory if need be.
+func createLog(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("the build's log: %w", err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("the build's log: %w", err)
+	}
+	return f, nil
 }
 
 func newImageLsCmd(g *globals) *cobra.Command {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/progress"
 	"github.com/lightbearco/tupper/sdk"
 )
 
@@ -169,13 +171,23 @@ func runTemplateBuild(ctx context.Context, g *globals, o *templateBuildOptions) 
 		return err
 	}
 	enc := json.NewEncoder(g.stdout)
+	progressTo := g.stderr
+	if o.json {
+		progressTo = g.stdout
+	}
+	pr := progress.New(progressTo, progress.FormatFor(progressTo, o.json))
+	defer pr.Close()
+	task := pr.Start("template", name)
 	opts := []sdk.BuildOption{
 		sdk.WithBuildCPUs(o.cpus), sdk.WithBuildMemoryMB(o.memoryMB),
 		sdk.WithOnBuildLog(func(l sdk.TemplateLogEntry) {
 			if o.json {
 				enc.Encode(templateBuildLine{Type: "log", Timestamp: l.Time.UTC(), Level: l.Level, Message: l.Message})
 			} else {
-				fmt.Fprintln(g.stderr, l.Message)
+				pr.Println(l.Message)
+			}
+			if n, total, step, ok := buildStep(l.Message); ok {
+				task.Step(n, total, step)
 			}
 		}),
 	}
@@ -183,6 +195,11 @@ func runTemplateBuild(ctx context.Context, g *globals, o *templateBuildOptions) 
 		opts = append(opts, sdk.WithSkipCache())
 	}
 	build, err := r.BuildTemplate(ctx, df.tpl, name, opts...)
+	if err != nil {
+		task.Fail(err)
+	} else {
+		task.Done(build.TemplateID)
+	}
 	var failed *sdk.TemplateBuildError
 	switch {
 	case errors.As(err, &failed):
@@ -211,6 +228,26 @@ func runTemplateBuild(ctx context.Context, g *globals, o *templateBuildOptions) 
 	fmt.Fprintf(g.stderr, "Built template %s (%s, build %s): start sandboxes of it with `tupper create --template %s`\n", name, build.TemplateID, build.BuildID, name)
 	_, err = fmt.Fprintln(g.stdout, build.TemplateID)
 	return err
+}
+
+// buildStepLine is how a build's log starts each step: "[2/4] COPY app
+// /srv/app", or "CACHED [2/4] …" for a step the cache had.
+var buildStepLine = regexp.MustCompile(`^(CACHED )?\[(\d+)/(\d+)\] (.+)$`)
+
+// buildStep reads the step a line of a build's log starts: its number,
+// the number of steps, and its name ("COPY app /srv/app (cached)").
+func buildStep(msg string) (n, total int, name string, ok bool) {
+	m := buildStepLine.FindStringSubmatch(msg)
+	if m == nil {
+		return 0, 0, "", false
+	}
+	n, _ = strconv.Atoi(m[2])
+	total, _ = strconv.Atoi(m[3])
+	name = m[4]
+	if m[1] != "" {
+		name += " (cached)"
+	}
+	return n, total, name, n > 0 && n <= total
 }
 
 type templateLsOptions struct {

@@ -151,3 +151,26 @@ func TestTemplateBuildErrors(t *testing.T) {
 		t.Errorf("build on a daemon without templates: %v", err)
 	}
 }
+
+func TestBuildStep(t *testing.T) {
+	tests := []struct {
+		name, msg string
+		n, total  int
+		step      string
+		ok        bool
+	}{
+		{name: "step", msg: "[2/4] COPY app /srv/app", n: 2, total: 4, step: "COPY app /srv/app", ok: true},
+		{name: "cached", msg: "CACHED [1/4] RUN echo hi", n: 1, total: 4, step: "RUN echo hi (cached)", ok: true},
+		{name: "output", msg: "hi", ok: false},
+		{name: "beyond the last", msg: "[5/4] RUN x", ok: false},
+		{name: "not at the start", msg: "echo [1/2] x", ok: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n, total, step, ok := buildStep(tc.msg)
+			if ok != tc.ok || (ok && (n != tc.n || total != tc.total || step != tc.step)) {
+				t.Errorf("buildStep(%q) = %d, %d, %q, %v; want %d, %d, %q, %v", tc.msg, n, total, step, ok, tc.n, tc.total, tc.step, tc.ok)
+			}
+		})
+	}
+}
