@@ -32,6 +32,9 @@ func (s *Server) controlPlane() http.Handler {
 	handle("POST", "/sandboxes/{id}/pause", s.handlePause)
 	handle("POST", "/sandboxes/{id}/timeout", s.handleTimeout)
 	handle("GET", "/sandboxes/{id}/metrics", s.handleMetrics)
+	// Not through handle: its method-less pattern for other methods would
+	// conflict with /sandboxes/{id}'s.
+	mux.HandleFunc("GET /sandboxes/metrics", s.handleLatestMetrics)
 	handle("PUT", "/sandboxes/{id}/network", s.handleNetwork)
 	handle("GET", "/sandboxes/{id}/network/denials", s.handleNetworkDenials)
 	handle("GET", "/images", s.handleListImages)

@@ -9,6 +9,8 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/lightbearco/tupper/engine"
@@ -52,15 +54,95 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]sampleJSON, 0, len(samples))
 	for _, m := range samples {
-		out = append(out, sampleJSON{
-			metricJSON: metricJSON{
-				Timestamp: m.at, TimestampUnix: m.at.Unix(), CPUCount: m.cpuCount, CPUUsedPct: m.cpuUsedPct,
-				MemUsed: m.memUsed, MemTotal: m.memTotal, DiskUsed: m.diskUsed, DiskTotal: m.diskTotal,
-			},
-			MemCache: m.memCache,
-		})
+		out = append(out, m.json())
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// json returns m as the API shows it.
+func (m metricSample) json() sampleJSON {
+	return sampleJSON{
+		metricJSON: metricJSON{
+			Timestamp: m.at, TimestampUnix: m.at.Unix(), CPUCount: m.cpuCount, CPUUsedPct: m.cpuUsedPct,
+			MemUsed: m.memUsed, MemTotal: m.memTotal, DiskUsed: m.diskUsed, DiskTotal: m.diskTotal,
+		},
+		MemCache: m.memCache,
+	}
+}
+
+// maxLatestMetrics is the most sandboxes one GET /sandboxes/metrics asks
+// about, as a page of the list holds.
+const maxLatestMetrics = 100
+
+// handleLatestMetrics serves GET /sandboxes/metrics?sandbox_ids=a,b (the
+// ids also as repeated parameters): E2B's SandboxesWithMetrics, the newest
+// sample of each sandbox named, by id. A running sandbox with no sample
+// newer than the sampling period is sampled first, as for handleMetrics; a
+// paused one shows its last. Ids of sandboxes the caller's team does not
+// have, and sandboxes with no sample to show, are left out.
+func (s *Server) handleLatestMetrics(w http.ResponseWriter, r *http.Request) {
+	ids, err := sandboxIDsParam(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, samplerParallel)
+		out = make(map[string]sampleJSON, len(ids))
+	)
+	for _, id := range ids {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			sb, err := s.lookup(r.Context(), id)
+			if err != nil {
+				return
+			}
+			h := s.sampler.history(id)
+			if sb.State == store.StateRunning {
+				if err := s.refreshSample(r.Context(), sb, h); err != nil {
+					s.log.Debug("metrics sample", "sandbox", id, "err", err)
+				}
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if len(h.samples) == 0 {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			out[id] = h.samples[len(h.samples)-1].json()
+		})
+	}
+	wg.Wait()
+	writeJSON(w, http.StatusOK, struct {
+		Sandboxes map[string]sampleJSON `json:"sandboxes"`
+	}{out})
+}
+
+// sandboxIDsParam reads the sandbox_ids of a query: comma-separated, as
+// E2B's SDKs send an array, or repeated; at least one and at most
+// maxLatestMetrics, each once.
+func sandboxIDsParam(r *http.Request) ([]string, error) {
+	var ids []string
+	seen := map[string]bool{}
+	for _, v := range r.URL.Query()["sandbox_ids"] {
+		for _, id := range strings.Split(v, ",") {
+			if id = strings.TrimSpace(id); id != "" && !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+	}
+	switch {
+	case len(ids) == 0:
+		return nil, fmt.Errorf("sandbox_ids: name the sandboxes, comma-separated: %w", errdefs.ErrInvalidArgument)
+	case len(ids) > maxLatestMetrics:
+		return nil, fmt.Errorf("sandbox_ids: %d sandboxes, at most %d at once: %w", len(ids), maxLatestMetrics, errdefs.ErrInvalidArgument)
+	}
+	return ids, nil
 }
 
 // refreshSample adds a sample of sb to h unless h has one newer than the
