@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lightbearco/tupper/errdefs"
@@ -80,6 +81,46 @@ func (c *Client) Metrics(ctx context.Context, id string, opts ...MetricsOption) 
 	return list, nil
 }
 
+// LatestMetricsTransport is a MetricsTransport that also returns the
+// newest sample of many sandboxes in one call. Without it, LatestMetrics
+// asks for each sandbox's samples in turn.
+type LatestMetricsTransport interface {
+	// LatestSandboxMetrics returns the newest sample of each sandbox of
+	// ids that has one, by id.
+	LatestSandboxMetrics(ctx context.Context, ids []string) (map[string]Metric, error)
+}
+
+// LatestMetrics returns the newest sample of the resource use of each
+// sandbox of ids, by id, as `tupper top` shows them: sampled afresh where
+// Metrics would be. Sandboxes that are gone, or have no sample yet, are
+// left out.
+func (c *Client) LatestMetrics(ctx context.Context, ids ...string) (map[string]Metric, error) {
+	t, err := c.transport()
+	if err != nil {
+		return nil, err
+	}
+	if lt, ok := t.(LatestMetricsTransport); ok {
+		out, err := lt.LatestSandboxMetrics(ctx, ids)
+		if err != nil {
+			return nil, fmt.Errorf("latest metrics: %w", err)
+		}
+		return out, nil
+	}
+	out := map[string]Metric{}
+	for _, id := range ids {
+		list, err := c.Metrics(ctx, id)
+		switch {
+		case errdefs.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, err
+		case len(list) > 0:
+			out[id] = list[len(list)-1]
+		}
+	}
+	return out, nil
+}
+
 // Metrics returns the samples of the sandbox's resource use (see
 // Client.Metrics).
 func (s *Sandbox) Metrics(ctx context.Context, opts ...MetricsOption) ([]Metric, error) {
@@ -115,6 +156,31 @@ func (t *HTTPTransport) SandboxMetrics(ctx context.Context, id string, start, en
 	out := make([]Metric, 0, len(list))
 	for _, m := range list {
 		out = append(out, Metric(m))
+	}
+	return out, nil
+}
+
+// latestMetricsBatch is the most sandboxes one GET /sandboxes/metrics
+// names.
+const latestMetricsBatch = 100
+
+// LatestSandboxMetrics implements LatestMetricsTransport: GET
+// /sandboxes/metrics?sandbox_ids=a,b, for up to latestMetricsBatch
+// sandboxes a call.
+func (t *HTTPTransport) LatestSandboxMetrics(ctx context.Context, ids []string) (map[string]Metric, error) {
+	out := make(map[string]Metric, len(ids))
+	for start := 0; start < len(ids); start += latestMetricsBatch {
+		batch := ids[start:min(start+latestMetricsBatch, len(ids))]
+		var resp struct {
+			Sandboxes map[string]metricJSON `json:"sandboxes"`
+		}
+		q := url.Values{"sandbox_ids": {strings.Join(batch, ",")}}
+		if _, err := t.call(ctx, http.MethodGet, "/sandboxes/metrics", q, nil, &resp); err != nil {
+			return nil, err
+		}
+		for id, m := range resp.Sandboxes {
+			out[id] = Metric(m)
+		}
 	}
 	return out, nil
 }

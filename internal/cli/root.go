@@ -114,7 +114,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(newSecretCmd(g))
 	root.AddCommand(newVolumeCmd(g))
 	root.AddCommand(newTemplateCmd(g))
-	root.AddCommand(newLogsCmd(g))
+	root.AddCommand(newLogsCmd(g), newTopCmd(g))
 	root.AddCommand(newDashboardCmd(g))
 	root.AddCommand(newCreateCmd(g), newLsCmd(g), newInfoCmd(g), newExecCmd(g), newRunCodeCmd(g), newShellCmd(g), newCpCmd(g), newReadCmd(g), newWriteCmd(g), newKillCmd(g), newTimeoutCmd(g), newNetworkCmd(g), newKeysCmd(g), newDoctorCmd(g), newBenchCmd(g), newVersionCmd(g))
 	return root
