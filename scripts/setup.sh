@@ -23,10 +23,11 @@ fi
 # kernel and TypeScript are what the code interpreter's own tests run on
 # the host (agent/interpreter), as the code-interpreter template has them.
 # runc is the container backend; e2fsprogs makes its sandboxes' disks and
-# the disk images of the VM backends.
+# the disk images of the VM backends. chromium runs the web dashboard's
+# browser tests (e2e/dashboard_test.go), headless.
 need=()
 for pkg in mmdebstrap iproute2 iptables nftables busybox-static ca-certificates runc e2fsprogs \
-  python3-ipykernel python3-jupyter-client python3-matplotlib python3-pandas node-typescript; do
+  python3-ipykernel python3-jupyter-client python3-matplotlib python3-pandas node-typescript chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -54,6 +55,25 @@ fi
 if [ "$(cat /proc/sys/kernel/pid_max)" -lt 4194304 ]; then
   say "raising kernel.pid_max from $(cat /proc/sys/kernel/pid_max) to 4194304, systemd's default"
   sysctl -qw kernel.pid_max=4194304
+fi
+
+# The web dashboard, bundled from web/ by npm into server/dashboard/dist,
+# which bin/tupper embeds; again only when web/'s sources or lock file
+# changed. Without npm the daemon serves a page saying how to build it.
+if command -v npm >/dev/null; then
+  sum=$(cat web/package.json web/package-lock.json web/tsconfig.json web/build.mjs $(find web/src -type f | sort) | sha256sum | cut -d' ' -f1)
+  if [ "$(cat server/dashboard/dist/.stamp 2>/dev/null)" != "$sum" ] || [ ! -f server/dashboard/dist/index.html ]; then
+    say "building the web dashboard (web/)"
+    lock=$(sha256sum web/package-lock.json | cut -d' ' -f1)
+    if [ "$(cat web/node_modules/.tupper-lock-sha256 2>/dev/null)" != "$lock" ]; then
+      (cd web && npm ci --prefer-offline --no-audit --no-fund --loglevel=error --cache "$CACHE/npm")
+      printf '%s' "$lock" > web/node_modules/.tupper-lock-sha256
+    fi
+    (cd web && npm run --silent build)
+    printf '%s' "$sum" > server/dashboard/dist/.stamp
+  fi
+else
+  say "npm is missing: bin/tupper is built without the web dashboard (apt-get install npm)"
 fi
 
 say "building bin/tupper and bin/tupper-agent"

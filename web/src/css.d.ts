@@ -1,0 +1,2 @@
+// esbuild bundles imported style sheets into app.css.
+declare module '*.css'
