@@ -33,14 +33,20 @@ type tupperCLI struct {
 func newTupperCLI(t *testing.T, d *serveDaemon, key string) *tupperCLI {
 	t.Helper()
 	bin, _ := e2eBinaries(t)
+	env := append(envWithoutTupper(), "TUPPER_API_URL="+d.URL, "TUPPER_API_KEY="+key)
+	return &tupperCLI{bin: bin, env: env}
+}
+
+// envWithoutTupper is the test's environment without its TUPPER_* and E2B_*
+// settings.
+func envWithoutTupper() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "TUPPER_") && !strings.HasPrefix(kv, "E2B_") {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "TUPPER_API_URL="+d.URL, "TUPPER_API_KEY="+key)
-	return &tupperCLI{bin: bin, env: env}
+	return env
 }
 
 // cliResult is what one run of the binary did.

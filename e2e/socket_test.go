@@ -47,7 +47,7 @@ func TestLocalSocket(t *testing.T) {
 		t.Errorf("the daemon does not say it listens on %s", sock)
 	}
 
-	cli := keylessCLI(t, "")
+	cli := keylessCLI(t)
 	id := strings.TrimSpace(cli.ok(t, nil, "--root", d.Root, "create", "--timeout", "10m"))
 	// The socket acts as the default team, whose key the daemon printed.
 	if ids := d.sandboxIDs(ctx, t); !slices.Contains(ids, id) {
@@ -60,7 +60,7 @@ func TestLocalSocket(t *testing.T) {
 		t.Errorf("exec through the socket: %q", out)
 	}
 	// $TUPPER_ROOT picks the socket as --root does.
-	rootEnv := keylessCLI(t, "")
+	rootEnv := keylessCLI(t)
 	rootEnv.env = append(rootEnv.env, "TUPPER_ROOT="+d.Root)
 	if out := rootEnv.ok(t, nil, "info", id); !strings.Contains(out, id) {
 		t.Errorf("info with TUPPER_ROOT: %q", out)
@@ -110,7 +110,7 @@ func mcpThroughSocket(t *testing.T, d *serveDaemon) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cli := keylessCLI(t, "")
+	cli := keylessCLI(t)
 	cmd := exec.Command(cli.bin, "--root", d.Root, "mcp")
 	cmd.Env = cli.env
 	logPath := filepath.Join(t.TempDir(), "mcp.log")
@@ -173,7 +173,7 @@ func mcpThroughSocket(t *testing.T, d *serveDaemon) {
 // with none, in an engine of its own.
 func TestRunOneShot(t *testing.T) {
 	testutil.RequiresRunsc(t)
-	cli := keylessCLI(t, "")
+	cli := keylessCLI(t)
 	t.Run("with the daemon", func(t *testing.T) {
 		d := startServeDaemon(t)
 		res := cli.run(t, nil, "--root", d.Root, "run", "--", "echo", "hi")
@@ -210,13 +210,8 @@ func TestRunOneShot(t *testing.T) {
 func keylessCLI(t *testing.T, setpriv ...string) *tupperCLI {
 	t.Helper()
 	bin, _ := e2eBinaries(t)
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "TUPPER_") && !strings.HasPrefix(kv, "E2B_") {
-			env = append(env, kv)
-		}
-	}
-	if len(setpriv) == 0 || setpriv[0] == "" {
+	env := envWithoutTupper()
+	if len(setpriv) == 0 {
 		return &tupperCLI{bin: bin, env: env}
 	}
 	// A script that runs the public copy through setpriv stands in for
