@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"time"
@@ -68,4 +69,18 @@ func runDashboard(ctx context.Context, g *globals, o *dashboardOptions) error {
 	}
 	// The browser outlives this command; xdg-open is not waited for.
 	return cmd.Process.Release()
+}
+
+// reachableURL is the URL at which a browser on this host reaches a
+// server listening on addr: an unspecified address (0.0.0.0, ::) is
+// reached at localhost.
+func reachableURL(scheme string, addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return scheme + "://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
 }

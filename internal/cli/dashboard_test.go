@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -99,5 +100,25 @@ func TestDashboardCommand(t *testing.T) {
 	err = runDashboard(ctx, g, &dashboardOptions{api: apiOptions{url: hs.URL, key: "e2b_" + strings.Repeat("0", 40)}})
 	if err == nil || !strings.Contains(err.Error(), "refused the API key") || stdout.Len() != 0 {
 		t.Errorf("with a wrong key: %v, printed %q", err, stdout.String())
+	}
+}
+
+func TestReachableURL(t *testing.T) {
+	tests := []struct {
+		name string
+		addr net.Addr
+		want string
+	}{
+		{name: "loopback", addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 3000}, want: "http://127.0.0.1:3000"},
+		{name: "every IPv4 address", addr: &net.TCPAddr{IP: net.IPv4zero, Port: 3000}, want: "http://localhost:3000"},
+		{name: "every IPv6 address", addr: &net.TCPAddr{IP: net.IPv6unspecified, Port: 3000}, want: "http://localhost:3000"},
+		{name: "IPv6 loopback", addr: &net.TCPAddr{IP: net.IPv6loopback, Port: 3000}, want: "http://[::1]:3000"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := reachableURL("http", tt.addr); got != tt.want {
+				t.Errorf("reachableURL(%v) = %q, want %q", tt.addr, got, tt.want)
+			}
+		})
 	}
 }

@@ -202,6 +202,7 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 	defer builder.Close()
 	srv, err := server.New(server.Config{
 		Engine: rt.Engine(), Keys: keys, Domain: domain, MCP: mcpHandler, Logger: log, Templates: builder,
+		URL: reachableURL(scheme, ln.Addr()),
 	})
 	if err != nil {
 		return err
@@ -214,6 +215,7 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 	if listen.Socket != nil {
 		fmt.Fprintf(g.stderr, "tupper serve: and on %s, where root and group %s need no API key\n", localsock.URL(listen.Socket.Addr().String()), localsock.Group)
 	}
+	fmt.Fprintf(g.stderr, "tupper serve: web dashboard at %s/dashboard/ (`tupper dashboard` prints a link that signs in)\n", reachableURL(scheme, ln.Addr()))
 	err = server.Serve(ctx, ln, srv, listen)
 	if o.killOnExit {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
