@@ -11,7 +11,10 @@ RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237
 CACHE="${TUPPER_CACHE:-$HOME/.cache/tupper}"
 mkdir -p "$CACHE/bin"
 
-say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# say announces a step (in bold on a terminal, plain into a pipe or a log);
+# done_since says how long a long one took, from the $SECONDS it started at.
+say() { if [ -t 2 ]; then printf '\033[1m==> %s\033[0m\n' "$*" >&2; else printf '==> %s\n' "$*" >&2; fi; }
+done_since() { say "done in $((SECONDS - $1))s"; }
 
 if [ "$(id -u)" != 0 ]; then
   echo "setup: Tupper runs sandboxes as root; run this as root (sudo $0)" >&2
@@ -32,16 +35,20 @@ for pkg in mmdebstrap iproute2 iptables nftables busybox-static ca-certificates 
 done
 if [ ${#need[@]} -gt 0 ]; then
   say "installing Debian packages: ${need[*]}"
+  start=$SECONDS
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  done_since $start
 fi
 
 # gVisor's runsc, built from the Go module proxy at a pinned version. A cgo
 # build fails at sandbox start, so CGO_ENABLED=0 is required.
 if [ "$(cat "$CACHE/bin/runsc.version" 2>/dev/null)" != "$RUNSC_VERSION" ] || [ ! -x "$CACHE/bin/runsc" ]; then
   say "building runsc $RUNSC_VERSION (about 3 minutes the first time)"
+  start=$SECONDS
   CGO_ENABLED=0 GOBIN="$CACHE/bin" go install "gvisor.dev/gvisor/runsc@$RUNSC_VERSION"
   echo "$RUNSC_VERSION" > "$CACHE/bin/runsc.version"
+  done_since $start
 fi
 if ! cmp -s "$CACHE/bin/runsc" /usr/local/bin/runsc 2>/dev/null; then
   install -m 0755 "$CACHE/bin/runsc" /usr/local/bin/runsc
