@@ -296,30 +296,41 @@ func (t *Task) eta(now time.Time) (time.Duration, bool) {
 // barWidth is the bar's length in cells, between its brackets.
 const barWidth = 20
 
-// line renders the task for the Terminal's line, at most width cells: with
-// its bar when there is room, else without it, else cut.
+// line renders the task for the Terminal's line, at most width cells (none:
+// no limit). What gives way to a narrow terminal, in turn: the bar (its
+// percentage stays), then the end of the step and amount; the label, the
+// rate and the times stay as long as they fit.
 func (t *Task) line(now time.Time, width int) string {
-	rest := t.status(now)
+	middle, tail := t.status(now)
+	head := t.label()
 	f, ok := t.done()
-	if !ok {
-		return truncate(t.label()+"  "+rest, width)
+	if ok {
+		filled := int(f * barWidth)
+		bar := strings.Repeat("=", filled)
+		if filled < barWidth {
+			bar += ">" + strings.Repeat(" ", barWidth-filled-1)
+		}
+		pct := fmt.Sprintf("%d%%", int(f*100))
+		if line := join(head, fmt.Sprintf("[%s] %4s", bar, pct), middle, tail); width <= 0 || runes(line) <= width {
+			return line
+		}
+		head = join(head, pct)
 	}
-	filled := int(f * barWidth)
-	bar := strings.Repeat("=", filled)
-	if filled < barWidth {
-		bar += ">" + strings.Repeat(" ", barWidth-filled-1)
+	if room := width - runes(join(head, tail)) - 2; middle != "" && room < runes(middle) {
+		if room < 8 {
+			middle = ""
+		} else {
+			middle = truncate(middle, room)
+		}
 	}
-	pct := fmt.Sprintf("%3d%%", int(f*100))
-	if line := fmt.Sprintf("%s  [%s] %s  %s", t.label(), bar, pct, rest); width <= 0 || len([]rune(line)) <= width {
-		return line
-	}
-	return truncate(fmt.Sprintf("%s  %s  %s", t.label(), strings.TrimSpace(pct), rest), width)
+	return truncate(join(head, middle, tail), width)
 }
 
 // status renders what the Terminal's line says after the label and bar:
-// the step, the amount and its rate, the time so far and the time left.
-func (t *Task) status(now time.Time) string {
-	var parts []string
+// the step and the amount, then the rate, the time so far and the time
+// left.
+func (t *Task) status(now time.Time) (middle, tail string) {
+	var parts, times []string
 	if t.steps > 0 {
 		parts = append(parts, fmt.Sprintf("[%d/%d] %s", t.step, t.steps, t.name))
 	}
@@ -330,15 +341,28 @@ func (t *Task) status(now time.Time) string {
 		}
 		parts = append(parts, amount)
 		if rate, ok := t.rate.perSecond(); ok && t.unit == "bytes" {
-			parts = append(parts, humanBytes(int64(rate))+"/s")
+			times = append(times, humanBytes(int64(rate))+"/s")
 		}
 	}
-	parts = append(parts, humanDuration(now.Sub(t.start)))
+	times = append(times, humanDuration(now.Sub(t.start)))
 	if eta, ok := t.eta(now); ok {
-		parts = append(parts, "ETA "+humanDuration(eta))
+		times = append(times, "ETA "+humanDuration(eta))
 	}
-	return strings.Join(parts, "  ")
+	return join(parts...), join(times...)
 }
+
+// join joins the parts of a line that are not empty, two spaces apart.
+func join(parts ...string) string {
+	kept := parts[:0:0]
+	for _, p := range parts {
+		if p != "" {
+			kept = append(kept, p)
+		}
+	}
+	return strings.Join(kept, "  ")
+}
+
+func runes(s string) int { return len([]rune(s)) }
 
 // doneWord is what PartDone's line says was done to a part counted under
 // detail.
