@@ -67,23 +67,25 @@ func exists(path string) bool {
 }
 
 // hostTaskCapacity is how many tasks the host can have at all: the
-// smaller of kernel.pid_max and kernel.threads-max.
-func hostTaskCapacity() (int64, error) {
+// smaller of kernel.pid_max and kernel.threads-max, and the sysctl that is.
+func hostTaskCapacity() (int64, string, error) {
 	var out int64
-	for _, f := range []string{"/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"} {
+	var name string
+	for _, n := range []string{"pid_max", "threads-max"} {
+		f := "/proc/sys/kernel/" + n
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
 		v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %w", f, err)
+			return 0, "", fmt.Errorf("%s: %w", f, err)
 		}
 		if out == 0 || v < out {
-			out = v
+			out, name = v, "kernel."+n
 		}
 	}
-	return out, nil
+	return out, name, nil
 }
 
 // hostPidBudget is how many host tasks all sandboxes together may hold:
@@ -110,23 +112,26 @@ type pidBudget struct {
 	parent string // the cgroup parent, "/tupper"
 	total  int64  // the budget this backend admits against
 	host   int64  // the budget derived from the kernel, for the parent's pids.max
+	// raise says what lifts total: the kernel's sysctl that bounds it,
+	// or the backend's option when that is lower.
+	raise string
 }
 
 // newPidBudget returns cfg's budget: cfg.HostPids, or all the host
 // spares (hostPidBudget) when it is zero. A HostPids above that fails
 // with errdefs.ErrInvalidArgument.
 func newPidBudget(cfg Config) (*pidBudget, error) {
-	capacity, err := hostTaskCapacity()
+	capacity, sysctl, err := hostTaskCapacity()
 	if err != nil {
 		return nil, fmt.Errorf("gvisor: host task capacity: %w", err)
 	}
 	b := &pidBudget{dir: filepath.Join(cfg.SharedRoot, "pid-budget"), parent: cfg.CgroupParent, host: hostPidBudget(capacity)}
-	b.total = b.host
+	b.total, b.raise = b.host, "raise "+sysctl+" (sysctl -w; the lower of pid_max and threads-max binds)"
 	if cfg.HostPids > 0 {
 		if cfg.HostPids > b.host {
 			return nil, fmt.Errorf("gvisor config: HostPids %d is above the %d host tasks this host spares for sandboxes: %w", cfg.HostPids, b.host, errdefs.ErrInvalidArgument)
 		}
-		b.total = cfg.HostPids
+		b.total, b.raise = cfg.HostPids, "raise the backend's HostPids option"
 	}
 	return b, nil
 }
@@ -160,8 +165,8 @@ func (b *pidBudget) reserve(rel string, pids int64) (release func(), err error) 
 	}
 	if used+pids > b.total {
 		return nil, fmt.Errorf("host process budget: the running sandboxes may hold %d host tasks and this one %d more, above the %d this host spares for sandboxes "+
-			"(kernel.pid_max and kernel.threads-max less what the host keeps); stop sandboxes, ask for fewer pids, or raise kernel.pid_max: %w",
-			used, pids, b.total, errdefs.ErrResourceExhausted)
+			"(kernel.pid_max and kernel.threads-max less what the host keeps); stop sandboxes, ask for fewer pids (tupper serve --pids), or %s: %w",
+			used, pids, b.total, b.raise, errdefs.ErrResourceExhausted)
 	}
 	file := filepath.Join(b.dir, url.PathEscape(rel)+".json")
 	data, _ := json.Marshal(reservation{Cgroup: rel, Pids: pids})

@@ -131,7 +131,7 @@ func TestPidBudget(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Fatalf("third Start = %v, want ErrResourceExhausted", err)
 	}
-	for _, want := range []string{"host process budget", "kernel.pid_max"} {
+	for _, want := range []string{"host process budget", "kernel.pid_max", "tupper serve --pids", "HostPids"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
