@@ -20,7 +20,8 @@ base: setup
 run: base
 	bin/tupper serve --addr $(ADDR)
 
-# demo runs CMD in a fresh sandbox, without the daemon.
+# demo runs CMD in a fresh sandbox: through the daemon when one runs (make
+# run), else in an engine of its own.
 demo: base
 	bin/tupper run -- bash -lc "$$CMD"
 
