@@ -359,7 +359,7 @@ func runBuilder(ctx context.Context, path string, args []string, rep *reporter, 
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
-		return fmt.Errorf("%s failed%s (%v); its last lines:\n\t%s\ncheck the package names and that a Debian mirror is reachable",
+		return fmt.Errorf("%s failed%s: %v; its last lines:\n\t%s\ncheck the package names and that a Debian mirror is reachable",
 			filepath.Base(path), steps.where(), ee, strings.Join(tail, "\n\t"))
 	}
 	return fmt.Errorf("run %s: %w", filepath.Base(path), err)

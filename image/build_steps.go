@@ -79,6 +79,9 @@ type debianProgress struct {
 	packages, essential int
 	// counts are the current step's packages per action.
 	counts map[string]int
+	// failed is set by mmdebstrap's first error: the steps of its
+	// cleanup that follow are not the build's.
+	failed bool
 }
 
 func newDebianProgress(rep *reporter, item string) *debianProgress {
@@ -87,6 +90,12 @@ func newDebianProgress(rep *reporter, item string) *debianProgress {
 
 // line takes one line of mmdebstrap's output.
 func (d *debianProgress) line(l string) {
+	if strings.HasPrefix(l, "E: ") {
+		d.failed = true
+	}
+	if d.failed {
+		return
+	}
 	for i := d.step + 1; i < len(debianSteps); i++ {
 		if p := debianSteps[i].prefix; p != "" && strings.HasPrefix(l, p) {
 			d.enter(i)

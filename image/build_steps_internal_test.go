@@ -108,3 +108,22 @@ func TestDebianProgress(t *testing.T) {
 		t.Errorf("two hooks made %d steps, want one", got)
 	}
 }
+
+// TestDebianProgressFailure checks that a failed build is placed at the
+// step that failed, not at the cleanup mmdebstrap does after it.
+func TestDebianProgressFailure(t *testing.T) {
+	d := newDebianProgress(newReporter(nil), "bad")
+	for _, l := range []string{
+		"I: running apt-get update...",
+		"I: installing remaining packages inside the chroot...",
+		"E: Unable to locate package no-such-package",
+		"I: main() received signal PIPE: waiting for setup...",
+		"I: removing tempdir /tmp/mmdebstrap.x...",
+		"E: mmdebstrap failed to run",
+	} {
+		d.line(l)
+	}
+	if got, want := d.where(), " at step 5 of 11 (install packages)"; got != want {
+		t.Errorf("where = %q, want %q", got, want)
+	}
+}
