@@ -33,8 +33,8 @@ const envDashboardScreenshot = "TUPPER_DASHBOARD_SCREENSHOT"
 // TestDashboard drives the web dashboard of a real `tupper serve` on runsc
 // in Debian's chromium, headless, as a user would: sign in with the key,
 // see a sandbox that the SDK creates appear, sign in again in another tab
-// through a `tupper dashboard` link (which works once and leaves no token
-// in the address), type `echo hi` in the sandbox's terminal and see `hi`,
+// through a link that `tupper dashboard` got with no key over the local
+// socket (which works once and leaves no token in the address), type `echo hi` in the sandbox's terminal and see `hi`,
 // upload a file and see it listed (and in the sandbox), download it back
 // byte for byte, kill the sandbox and see it go.
 func TestDashboard(t *testing.T) {
@@ -67,8 +67,9 @@ func TestDashboard(t *testing.T) {
 	tab.waitJS(t, "the sandbox's row to show it running with its metadata and time left",
 		fmt.Sprintf(`(() => { const r = document.querySelector(%q); return !!r && r.textContent.includes('running') && r.textContent.includes('suite=dashboard') && /\dm/.test(r.querySelector('[data-col=left]').textContent) })()`, row))
 
-	// Sign in through a one-time link, in a tab of its own.
-	link := strings.TrimSpace(newTupperCLI(t, d, d.Key).ok(t, nil, "dashboard"))
+	// Sign in through a one-time link, in a tab of its own: the
+	// operator's, asked for with no key over the daemon's local socket.
+	link := strings.TrimSpace(keylessCLI(t).ok(t, nil, "--root", d.Root, "dashboard"))
 	if !strings.HasPrefix(link, d.URL+"/dashboard/#login=") {
 		t.Fatalf("tupper dashboard printed %q, want a link to %s/dashboard/", link, d.URL)
 	}
@@ -139,25 +140,37 @@ func TestDashboard(t *testing.T) {
 	b.checkErrors(t)
 }
 
-// dashboardScreenshot saves the sandboxes page with a few sandboxes, two
-// of them busy, once their CPU and memory lines have some samples.
+// screenshotLoads are what the screenshot's sandboxes run, as Python: a
+// CPU busy four seconds in eight, memory taken 8 MiB a second, nothing.
+var screenshotLoads = []string{
+	"import time\nwhile True:\n    t = time.time()\n    while time.time() - t < 4: pass\n    time.sleep(4)\n",
+	"import time\nheld = []\nfor i in range(100):\n    held.append(bytearray(8 << 20))\n    time.sleep(1)\ntime.sleep(600)\n",
+	"",
+}
+
+// dashboardScreenshot saves the sandboxes page with a few sandboxes more,
+// two of them at work, once their CPU and memory lines have some samples.
 func dashboardScreenshot(ctx context.Context, t *testing.T, client *sdk.Client, tab *browserTab, d *serveDaemon, path string) {
 	t.Helper()
-	for i, busy := range []string{"python3 -c 'while True: pass'", "", "python3 -c 'b = bytearray(200 << 20); import time; time.sleep(120)'"} {
+	for i, load := range screenshotLoads {
 		sb, err := client.Create(ctx, sdk.CreateOptions{Metadata: map[string]string{"agent": fmt.Sprintf("agent-%d", i+1)}})
 		if err != nil {
 			t.Fatalf("create a sandbox for the screenshot: %v", err)
 		}
-		if busy != "" {
-			if _, err := sb.Commands.Start(ctx, "timeout 120 "+busy); err != nil {
-				t.Fatalf("start %s: %v", busy, err)
-			}
+		if load == "" {
+			continue
+		}
+		if _, err := sb.Files.Write(ctx, "/tmp/load.py", []byte(load)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sb.Commands.Start(ctx, "timeout 300 python3 /tmp/load.py"); err != nil {
+			t.Fatalf("start the load: %v", err)
 		}
 	}
 	tab.run(t, "show the list", chromedp.Navigate(d.URL+"/dashboard/#/"), chromedp.WaitVisible(chromedp.CSS("table#sandboxes")))
 	// The daemon samples every 5 seconds: wait for a line's worth.
 	tab.waitJS(t, "sparklines with a few samples each",
-		`[...document.querySelectorAll('#sandboxes tbody tr')].length >= 4 && [...document.querySelectorAll('.spark.cpu polyline')].every(p => p.getAttribute('points').split(' ').length >= 8)`)
+		`[...document.querySelectorAll('#sandboxes tbody tr')].length >= 4 && [...document.querySelectorAll('.spark.cpu polyline')].every(p => (p.getAttribute('points') || '').split(' ').length >= 8)`)
 	png, err := chromedp.Run(tab.ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("take the screenshot: %v", err)

@@ -3,7 +3,7 @@
 
 import { Sandbox, type SandboxInfo, type SandboxMetrics } from 'e2b'
 
-import { errorText, sdkOptions } from './api'
+import { api, errorText, sdkOptions } from './api'
 import { every, type Ctx, type Page } from './app'
 import { templateNames } from './catalog'
 import { confirmButton, h, replace, text } from './dom'
@@ -12,6 +12,9 @@ import { Spark } from './spark'
 
 // metricsWindow is how far back the sparklines reach.
 const metricsWindow = 10 * 60_000
+// memFloor is the least top of a memory sparkline: a few MiB of noise
+// must not fill it.
+const memFloor = 32 << 20
 // extendBy is what "+5 min" adds to a sandbox's time left.
 const extendBy = 5 * 60_000
 
@@ -92,13 +95,52 @@ class Row {
     text(this.left, this.info.state === 'paused' ? '–' : duration(new Date(this.info.endAt).getTime() - now))
   }
 
-  metrics(samples: SandboxMetrics[]): void {
-    const last = samples.at(-1)
-    this.cpu.draw(samples.map((m) => m.cpuUsedPct), 100)
-    this.mem.draw(samples.map((m) => m.memUsed), last?.memTotal || this.info.memoryMB * 1024 * 1024)
-    text(this.cpuText, last ? `${last.cpuUsedPct.toFixed(0)}%` : '')
-    text(this.memText, last ? bytes(last.memUsed) : '')
+  // history reports whether the row has its earlier samples yet.
+  history = false
+  private samples: Sample[] = []
+
+  // addSamples merges samples into the row's, keeping metricsWindow's
+  // worth, and redraws the sparklines.
+  addSamples(list: Sample[]): void {
+    const last = this.samples.at(-1)?.t ?? 0
+    for (const m of list) if (m.t > last) this.samples.push(m)
+    this.samples.sort((a, b) => a.t - b.t)
+    const since = Date.now() - metricsWindow
+    while (this.samples.length && this.samples[0].t < since) this.samples.shift()
+    const newest = this.samples.at(-1)
+    this.cpu.draw(this.samples.map((m) => m.cpu), 100)
+    // Memory is drawn against the most the window saw, so that its
+    // shape shows; the text says how much of the sandbox's it is.
+    const mems = this.samples.map((m) => m.mem)
+    this.mem.draw(mems, Math.max(1.25 * Math.max(0, ...mems), memFloor))
+    text(this.cpuText, newest ? `${newest.cpu.toFixed(0)}%` : '')
+    text(this.memText, newest ? bytes(newest.mem) : '')
+    this.memText.title = newest ? `${bytes(newest.mem)} of ${bytes(newest.memTotal)}` : ''
   }
+}
+
+// Sample is one point of a sparkline.
+interface Sample {
+  t: number
+  cpu: number
+  mem: number
+  memTotal: number
+}
+
+function sample(m: { timestamp: Date | string; cpuUsedPct: number; memUsed: number; memTotal: number }): Sample {
+  return { t: new Date(m.timestamp).getTime(), cpu: m.cpuUsedPct, mem: m.memUsed, memTotal: m.memTotal }
+}
+
+// latestMetrics asks for the newest sample of each sandbox in one call
+// per hundred (GET /sandboxes/metrics, E2B's SandboxesWithMetrics).
+async function latestMetrics(ids: string[]): Promise<Map<string, Sample>> {
+  const out = new Map<string, Sample>()
+  for (let i = 0; i < ids.length; i += 100) {
+    const chunk = ids.slice(i, i + 100).map(encodeURIComponent).join(',')
+    const res = await api<{ sandboxes: Record<string, SandboxMetrics> }>('GET', `/sandboxes/metrics?sandbox_ids=${chunk}`)
+    for (const [id, m] of Object.entries(res.sandboxes ?? {})) out.set(id, sample(m))
+  }
+  return out
 }
 
 function createForm(ctx: Ctx, onCreated: () => void): HTMLElement {
@@ -172,15 +214,26 @@ export function sandboxesPage(el: HTMLElement, ctx: Ctx): Page {
       }
       text(count, `(${list.length})`)
       text(empty, list.length ? '' : 'No sandboxes. Create one above, or with an SDK: they show up here.')
+      // A sandbox seen first brings its last minutes; after that one
+      // call a round gives every sandbox's newest sample.
+      const running = list.filter((i) => i.state === 'running').map((i) => rows.get(i.sandboxId)!)
       const start = new Date(Date.now() - metricsWindow)
-      await Promise.all(list.filter((i) => i.state === 'running').map(async (info) => {
+      await Promise.all(running.filter((r) => !r.history).map(async (row) => {
         try {
-          rows.get(info.sandboxId)?.metrics(await Sandbox.getMetrics(info.sandboxId, { ...sdkOptions(), start }))
+          row.addSamples((await Sandbox.getMetrics(row.info.sandboxId, { ...sdkOptions(), start })).map(sample))
+          row.history = true
         } catch {
-          // A sandbox killed meanwhile has no metrics: the next round
-          // drops its row.
+          // Killed meanwhile: the next round drops its row.
         }
       }))
+      const known = running.filter((r) => r.history)
+      if (known.length) {
+        const latest = await latestMetrics(known.map((r) => r.info.sandboxId))
+        for (const row of known) {
+          const m = latest.get(row.info.sandboxId)
+          if (m) row.addSamples([m])
+        }
+      }
     } catch (err) {
       ctx.fail(err)
     }

@@ -1,8 +1,8 @@
 // Sparklines: a small SVG line of recent values.
 
 const svgNS = 'http://www.w3.org/2000/svg'
-const width = 96
-const height = 22
+const width = 110
+const height = 26
 
 // Spark is one sparkline, redrawn in place.
 export class Spark {
