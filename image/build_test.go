@@ -5,7 +5,6 @@ package image_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,30 +81,29 @@ func TestBuildDebian(t *testing.T) {
 	if n := rec.count(image.PhaseBuild, func(e image.Event) bool { return strings.HasPrefix(e.Message, "I: ") }); n == 0 {
 		t.Errorf("no mmdebstrap output reached the progress")
 	}
-	// mmdebstrap's output told every step, in order, and the packages
-	// each step installing them handled.
-	var steps []string
-	setUp := map[string]int64{}
+	// mmdebstrap's output told every step, one after the other (their
+	// names are TestDebianProgress's), and the packages each step that
+	// installs them set up.
+	var steps []int64
+	setUp := map[int64]int64{}
 	for _, e := range rec.list() {
 		switch e.Phase {
 		case image.PhaseStep:
-			steps = append(steps, fmt.Sprintf("%d/%d %s", e.Current, e.Total, e.Message))
+			if e.Total != 11 {
+				t.Errorf("step %d of %d, want 11 steps", e.Current, e.Total)
+			}
+			steps = append(steps, e.Current)
 		case image.PhasePackages:
 			if e.Message == "set up" && e.Current == e.Total {
 				setUp[steps[len(steps)-1]] = e.Total
 			}
 		}
 	}
-	wantSteps := []string{
-		"1/11 update package lists", "2/11 download essential packages", "3/11 extract essential packages",
-		"4/11 install essential packages", "5/11 install packages", "6/11 run hooks", "7/11 clean apt caches",
-		"8/11 write the tarball", "9/11 remove the build tree", "10/11 store the layer", "11/11 unpack the image",
-	}
-	if diff := cmp.Diff(wantSteps, steps); diff != "" {
+	if diff := cmp.Diff([]int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, steps); diff != "" {
 		t.Errorf("steps (-want +got):\n%s", diff)
 	}
-	if setUp["4/11 install essential packages"] == 0 || setUp["5/11 install packages"] == 0 {
-		t.Errorf("packages set up to the last, by step: %v; want the essential ones and the others", setUp)
+	if setUp[4] == 0 || setUp[5] == 0 {
+		t.Errorf("packages set up to the last, by step: %v; want the essential ones (step 4) and the others (5)", setUp)
 	}
 	root := img.RootFS
 	if target, err := os.Readlink(filepath.Join(root, "bin")); err != nil || target != "usr/bin" {

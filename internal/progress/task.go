@@ -31,28 +31,34 @@ type Task struct {
 	ended      bool
 }
 
-// Step moves the task on to step n of total, named name. The amount and
-// its detail start afresh.
-func (t *Task) Step(n, total int, name string) {
+// locked runs f with the Printer's lock held, unless t is nil or has
+// ended.
+func (t *Task) locked(f func(p *Printer)) {
 	if t == nil {
 		return
 	}
-	p := t.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if t.ended {
-		return
+	t.p.mu.Lock()
+	defer t.p.mu.Unlock()
+	if !t.ended {
+		f(t.p)
 	}
-	t.step, t.steps, t.name = n, total, name
-	t.detail, t.unit, t.cur, t.total = "", "", 0, 0
-	t.rate.reset()
-	t.complete = false
-	if p.format == Terminal {
-		p.draw(t, true)
-		return
-	}
-	t.lastUpdate = p.now()
-	p.emit(t.record(EventStep))
+}
+
+// Step moves the task on to step n of total, named name. The amount and
+// its detail start afresh.
+func (t *Task) Step(n, total int, name string) {
+	t.locked(func(p *Printer) {
+		t.step, t.steps, t.name = n, total, name
+		t.detail, t.unit, t.cur, t.total = "", "", 0, 0
+		t.rate.reset()
+		t.complete = false
+		if p.format == Terminal {
+			p.draw(t, true)
+			return
+		}
+		t.lastUpdate = p.now()
+		p.emit(t.record(EventStep))
+	})
 }
 
 // Amount sets how much of the task (or of its step) is done: current of
@@ -60,151 +66,112 @@ func (t *Task) Step(n, total int, name string) {
 // ("packages", "runs"); detail says what is counted ("download",
 // "unpacked"), or is empty. A new unit or detail starts the rate afresh.
 func (t *Task) Amount(current, total int64, unit, detail string) {
-	if t == nil {
-		return
-	}
-	p := t.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if t.ended {
-		return
-	}
-	now := p.now()
-	changed := unit != t.unit || detail != t.detail
-	if changed || current < t.cur {
-		t.rate.reset()
-		t.complete = false
-	}
-	t.unit, t.detail, t.cur, t.total = unit, detail, current, total
-	t.rate.add(now, current)
-	if p.format == Terminal {
-		p.draw(t, false)
-		return
-	}
-	done := total > 0 && current >= total
-	if changed || (done && !t.complete) || now.Sub(t.lastUpdate) >= p.interval() {
-		t.lastUpdate = now
-		t.complete = done
-		p.emit(t.record(EventUpdate))
-	}
+	t.locked(func(p *Printer) {
+		now := p.now()
+		changed := unit != t.unit || detail != t.detail
+		if changed || current < t.cur {
+			t.rate.reset()
+			t.complete = false
+		}
+		t.unit, t.detail, t.cur, t.total = unit, detail, current, total
+		t.rate.add(now, current)
+		if p.format == Terminal {
+			p.draw(t, false)
+			return
+		}
+		done := total > 0 && current >= total
+		if changed || (done && !t.complete) || now.Sub(t.lastUpdate) >= p.interval() {
+			t.lastUpdate = now
+			t.complete = done
+			p.emit(t.record(EventUpdate))
+		}
+	})
 }
 
 // Fraction sets the worker's own estimate of how much of the whole task
 // is done, from 0 to 1, for the bar and the estimate of the time left.
 // Without one, they come from the step and the amount.
 func (t *Task) Fraction(f float64) {
-	if t == nil {
-		return
-	}
-	t.p.mu.Lock()
-	defer t.p.mu.Unlock()
-	t.fraction = min(max(f, 0), 1)
+	t.locked(func(*Printer) { t.fraction = min(max(f, 0), 1) })
 }
 
 // PartDone reports a finished part of the task, such as a layer: n units
 // moved for it (the current unit), and a message when there is something
 // to say ("already present").
 func (t *Task) PartDone(part string, n int64, message string) {
-	if t == nil {
-		return
-	}
-	p := t.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if t.ended {
-		return
-	}
-	if p.format == Terminal {
-		line := fmt.Sprintf("  %s  %s", part, message)
-		if message == "" {
-			line = fmt.Sprintf("  %s  %s %s", part, doneWord(t.detail), humanAmount(n, 0, t.unit))
+	t.locked(func(p *Printer) {
+		if p.format == Terminal {
+			line := fmt.Sprintf("  %s  %s", part, message)
+			if message == "" {
+				line = fmt.Sprintf("  %s  %s %s", part, doneWord(t.detail), humanAmount(n, 0, t.unit))
+			}
+			p.above(line)
+			return
 		}
-		p.above(line)
-		return
-	}
-	r := t.record(EventPart)
-	r.Part, r.Message = part, message
-	r.Current, r.Total, r.Rate, r.ETA = n, 0, 0, 0
-	p.emit(r)
+		r := t.record(EventPart)
+		r.Part, r.Message = part, message
+		r.Current, r.Total, r.Rate, r.ETA = n, 0, 0, 0
+		p.emit(r)
+	})
 }
 
 // Note reports something people may want to know about the task.
 func (t *Task) Note(message string) {
-	if t == nil {
-		return
-	}
-	p := t.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if t.ended {
-		return
-	}
-	if p.format == Terminal {
-		p.above("  " + message)
-		return
-	}
-	r := Record{Event: EventNote, Op: t.op, Item: t.item, Message: message, Elapsed: secondsOf(p.now().Sub(t.start))}
-	p.emit(r)
+	t.locked(func(p *Printer) {
+		if p.format == Terminal {
+			p.above("  " + message)
+			return
+		}
+		p.emit(Record{Event: EventNote, Op: t.op, Item: t.item, Message: message, Elapsed: secondsOf(p.now().Sub(t.start))})
+	})
 }
 
 // Done ends the task well. result says what came of it ("sha256:…", "20
 // runs"), or is empty.
 func (t *Task) Done(result string) {
-	if t == nil {
-		return
-	}
-	p := t.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if t.ended {
-		return
-	}
-	t.ended = true
-	p.ended(t)
-	now := p.now()
-	if p.format == Terminal {
-		took := humanDuration(now.Sub(t.start))
-		if result == "" {
-			p.above(fmt.Sprintf("%s: done in %s", t.label(), took))
-		} else {
-			p.above(fmt.Sprintf("%s: %s (%s)", t.label(), result, took))
+	t.locked(func(p *Printer) {
+		took := t.finish()
+		if p.format == Terminal {
+			if result == "" {
+				p.above(fmt.Sprintf("%s: done in %s", t.label(), humanDuration(took)))
+			} else {
+				p.above(fmt.Sprintf("%s: %s (%s)", t.label(), result, humanDuration(took)))
+			}
+			return
 		}
-		return
-	}
-	r := Record{Event: EventDone, Op: t.op, Item: t.item, Result: result, Elapsed: secondsOf(now.Sub(t.start))}
-	if t.unit != "" {
-		r.Unit, r.Current, r.Total = t.unit, t.cur, t.total
-	}
-	p.emit(r)
+		r := Record{Event: EventDone, Op: t.op, Item: t.item, Result: result, Elapsed: secondsOf(took)}
+		if t.unit != "" {
+			r.Unit, r.Current, r.Total = t.unit, t.cur, t.total
+		}
+		p.emit(r)
+	})
 }
 
 // Fail ends the task with err, naming the step it failed at.
 func (t *Task) Fail(err error) {
-	if t == nil {
-		return
-	}
-	p := t.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if t.ended {
-		return
-	}
-	t.ended = true
-	p.ended(t)
-	now := p.now()
-	if p.format == Terminal {
-		at := ""
-		if t.steps > 0 {
-			at = fmt.Sprintf(" at [%d/%d] %s", t.step, t.steps, t.name)
+	t.locked(func(p *Printer) {
+		took := t.finish()
+		if p.format == Terminal {
+			at := ""
+			if t.steps > 0 {
+				at = fmt.Sprintf(" at [%d/%d] %s", t.step, t.steps, t.name)
+			}
+			p.above(fmt.Sprintf("%s: failed%s after %s", t.label(), at, humanDuration(took)))
+			return
 		}
-		p.above(fmt.Sprintf("%s: failed%s after %s", t.label(), at, humanDuration(now.Sub(t.start))))
-		return
-	}
-	r := Record{Event: EventFailed, Op: t.op, Item: t.item, Step: t.step, Steps: t.steps, Name: t.name, Elapsed: secondsOf(now.Sub(t.start))}
-	if err != nil {
-		r.Error = err.Error()
-	}
-	p.emit(r)
+		r := Record{Event: EventFailed, Op: t.op, Item: t.item, Step: t.step, Steps: t.steps, Name: t.name, Elapsed: secondsOf(took)}
+		if err != nil {
+			r.Error = err.Error()
+		}
+		p.emit(r)
+	})
+}
+
+// finish marks t ended and returns how long it ran. p.mu must be held.
+func (t *Task) finish() time.Duration {
+	t.ended = true
+	t.p.ended(t)
+	return t.p.now().Sub(t.start)
 }
 
 // End ends the task: Done("") when err is nil, else Fail(err). It returns
