@@ -56,19 +56,11 @@ type topSnapshot struct {
 	Sandboxes []topRow  `json:"sandboxes"`
 }
 
-// topRow is one sandbox of a snapshot: what it may use and, in Metrics,
-// its newest sample, null when it has none (yet).
+// topRow is one sandbox of a snapshot: as `tupper ls --json` shows it,
+// and in Metrics its newest sample, null when it has none (yet).
 type topRow struct {
-	SandboxID  string     `json:"sandboxID"`
-	TemplateID string     `json:"templateID"`
-	Alias      string     `json:"alias,omitempty"`
-	State      string     `json:"state"`
-	StartedAt  time.Time  `json:"startedAt"`
-	EndAt      time.Time  `json:"endAt"`
-	CPUCount   int        `json:"cpuCount"`
-	MemoryMB   int        `json:"memoryMB"`
-	DiskSizeMB int        `json:"diskSizeMB"`
-	Metrics    *topMetric `json:"metrics"`
+	sandboxJSON
+	Metrics *topMetric `json:"metrics"`
 }
 
 // topMetric is a sandbox's sample: sizes in bytes, CPU in percent of the
@@ -151,10 +143,7 @@ func topTake(ctx context.Context, r *remote) (*topSnapshot, error) {
 	}
 	snap := &topSnapshot{Timestamp: time.Now().UTC(), Sandboxes: make([]topRow, 0, len(all))}
 	for _, sb := range all {
-		row := topRow{
-			SandboxID: sb.SandboxID, TemplateID: sb.TemplateID, Alias: sb.Alias, State: sb.State,
-			StartedAt: sb.StartedAt, EndAt: sb.EndAt, CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskSizeMB,
-		}
+		row := topRow{sandboxJSON: toJSON(&sb)}
 		if m, ok := latest[sb.SandboxID]; ok {
 			row.Metrics = &topMetric{
 				Timestamp: m.Timestamp, CPUUsedPct: m.CPUUsedPct, MemUsed: m.MemUsed, MemTotal: m.MemTotal,
