@@ -15,10 +15,11 @@ import (
 
 // Warm pools: for each template the operator names, a few sandboxes booted
 // ahead of demand. A create that a pool can serve takes one of them: the
-// sandbox is handed a new access token (the agent's /init), the create's
-// network policy, owners, metadata, timeout and lifecycle, and the pool
-// boots another in the background. A pool sandbox is handed out once and
-// never used before: nothing of one user reaches the next.
+// sandbox is given the create's environment (the agent's /init), network
+// policy, owners, metadata, timeout and lifecycle, and the pool boots
+// another in the background. A pool sandbox is handed out once and never
+// used before: nothing of one user reaches the next, and its access token,
+// made by the engine and seen by no one, becomes its user's.
 //
 // Pool sandboxes belong to poolTeam, which no API key can have (team names
 // start with a letter or digit): no listing or call of a user sees them.
@@ -308,10 +309,12 @@ func (e *Engine) adopt(ctx context.Context, id, template string, opts CreateOpti
 			return nil, fmt.Errorf("apply the create's network policy: %w", err)
 		}
 	}
-	token := newToken()
-	next := *rec
-	next.AccessToken = token
-	if err := e.initAgent(ctx2, l.be, &next, "", rec.AccessToken, opts.Env); err != nil {
+	// The sandbox keeps the access token it booted with: the engine made
+	// it, no one has seen it, and a pool sandbox is handed out once. So
+	// the agent is told something only when the create brings an
+	// environment.
+	token := rec.AccessToken
+	if err := e.initAgent(ctx2, l.be, rec, "", token, opts.Env); err != nil {
 		return nil, err
 	}
 	inited := time.Since(start)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/engine"
+	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/proto"
 	"github.com/lightbearco/tupper/sdk"
@@ -180,19 +181,41 @@ func (r *Runtime) Close() error {
 }
 
 // CreateSandbox implements sdk.Transport.
+//
+// A create the engine refuses as busy (its turns and queue full) is tried
+// again after the wait the refusal names, as the SDK's HTTP transport does
+// with a 429's Retry-After, up to busyRetries times.
 func (r *Runtime) CreateSandbox(ctx context.Context, req sdk.CreateRequest) (*sdk.SandboxInfo, error) {
-	sb, err := r.engine.Create(ctx, engine.CreateOptions{
+	opts := engine.CreateOptions{
 		Template: req.Template, Image: req.Image, Timeout: req.Timeout, Metadata: req.Metadata,
 		Env: req.Env, CPUs: req.CPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 		Network: req.Network, AllowInternetAccess: req.AllowInternetAccess, Backend: req.Backend,
 		AutoPause: req.AutoPause, AutoPauseMemory: req.AutoPauseMemory, AutoResume: req.AutoResume,
 		VolumeMounts: volumeMounts(req.VolumeMounts),
-	})
-	if err != nil {
-		return nil, err
 	}
-	return info(sb), nil
+	for attempt := 0; ; attempt++ {
+		sb, err := r.engine.Create(ctx, opts)
+		if err == nil {
+			return info(sb), nil
+		}
+		after, busy := errdefs.RetryAfter(err)
+		if !busy || attempt == busyRetries {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(min(after, busyRetryWait)):
+		}
+	}
 }
+
+// busyRetries is how often a create refused as busy is tried again, and
+// busyRetryWait caps each wait: the SDK's HTTP transport's figures.
+const (
+	busyRetries   = 3
+	busyRetryWait = 10 * time.Second
+)
 
 // UpdateNetwork implements sdk.NetworkTransport.
 func (r *Runtime) UpdateNetwork(ctx context.Context, id string, policy *sdk.NetworkPolicy, internet *bool) error {
