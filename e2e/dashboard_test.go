@@ -122,6 +122,59 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("downloaded %d bytes, not the %d uploaded", len(downloaded), len(data))
 	}
 
+	// The other tabs: a command the SDK started, the sandbox's log, its
+	// network policy; and more time for it.
+	if _, err := sb.Commands.Start(ctx, "sleep 321"); err != nil {
+		t.Fatal(err)
+	}
+	tab.run(t, "see the SDK's command among the processes",
+		chromedp.Click(chromedp.CSS(`a[data-tab=processes]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#processes tbody tr`)))
+	tab.waitJS(t, "the sleep among the processes", `document.querySelector('#processes').textContent.includes('sleep 321')`)
+	tab.run(t, "read the logs",
+		chromedp.Click(chromedp.CSS(`a[data-tab=logs]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#logs .log-line`)))
+	tab.run(t, "see the network policy", chromedp.Click(chromedp.CSS(`a[data-tab=network]`)))
+	tab.waitJS(t, "the network tab to say nothing was denied", `document.querySelector('.tab-body').textContent.includes('Nothing was denied lately')`)
+	before, err := client.GetInfo(ctx, sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab.run(t, "give the sandbox five minutes more", chromedp.Click(chromedp.CSS(`.page-head button.extend`)))
+	waitUntil(t, browserTimeout, "the sandbox's end to move", func() bool {
+		after, err := client.GetInfo(ctx, sb.ID())
+		return err == nil && after.EndAt.Sub(before.EndAt) > 4*time.Minute
+	})
+
+	// Templates and images: the daemon's base image, with its size.
+	tab.run(t, "list the images",
+		chromedp.Click(chromedp.CSS(`nav a[data-nav=templates]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#images tbody tr`)))
+	tab.waitJS(t, "base among the images, with a size",
+		`[...document.querySelectorAll('#images tbody tr')].some(r => r.cells[0].textContent.includes('base') && /\d (MiB|GiB)/.test(r.cells[2].textContent))`)
+
+	// Create from the form, with options.
+	tab.run(t, "create a sandbox from the form",
+		chromedp.Click(chromedp.CSS(`nav a[data-nav=sandboxes]`)),
+		chromedp.Click(chromedp.CSS(`details.card summary`)),
+		chromedp.SendKeys(chromedp.CSS(`form.create input[name=template]`), "base"),
+		chromedp.SendKeys(chromedp.CSS(`form.create textarea[name=metadata]`), "made=dashboard"),
+		chromedp.SendKeys(chromedp.CSS(`form.create textarea[name=envs]`), "GREETING=hello"),
+		chromedp.Click(chromedp.CSS(`form.create button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#sandboxes .chip`)))
+	tab.waitJS(t, "the form's sandbox in the list", `document.querySelector('#sandboxes').textContent.includes('made=dashboard')`)
+	made, _, err := client.List(ctx, sdk.ListOptions{Metadata: map[string]string{"made": "dashboard"}})
+	if err != nil || len(made) != 1 {
+		t.Fatalf("the sandbox the form made: %v, %v", made, err)
+	}
+	formSB, err := client.Connect(ctx, made[0].SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := mustRun(ctx, t, formSB, "echo $GREETING"); out != "hello\n" {
+		t.Errorf("the form's environment reached the sandbox as %q", out)
+	}
+
 	if path := os.Getenv(envDashboardScreenshot); path != "" {
 		dashboardScreenshot(ctx, t, client, tab, d, path)
 	}

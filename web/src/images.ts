@@ -3,15 +3,30 @@
 
 import { errorText } from './api'
 import { every, type Ctx, type Page } from './app'
-import { listImages, listTemplates } from './catalog'
+import { listImages, listTemplates, type ImageJSON } from './catalog'
 import { h, replace, text } from './dom'
 import { bytes, dateTime } from './format'
+
+// buildCache starts the names of the images template builds cache.
+const buildCache = 'tupper-build-cache/'
+
+function imageRow(img: ImageJSON): HTMLTableRowElement {
+  return h('tr', null,
+    h('td', { class: 'mono' }, img.names.join(', ') || '<none>', img.shared ? null : ' ', img.shared ? null : h('span', { class: 'chip', title: 'your team’s own' }, 'team')),
+    h('td', { class: 'mono' }, img.id.replace(/^sha256:/, '').slice(0, 12)),
+    h('td', { class: 'num' }, bytes(img.size)),
+    h('td', null, dateTime(img.created)))
+}
 
 export function imagesPage(el: HTMLElement, _ctx: Ctx): Page {
   const templates = h('tbody')
   const images = h('tbody')
   const tStatus = h('p', { class: 'empty' }, 'Loading…')
   const iStatus = h('p', { class: 'empty' }, 'Loading…')
+  const cacheBody = h('tbody')
+  const cacheCount = h('summary')
+  const cacheList = h('details', { class: 'cache hidden' }, cacheCount,
+    h('table', { class: 'list' }, cacheBody))
   replace(el,
     h('div', { class: 'page-head' }, h('h2', null, 'Templates')),
     h('table', { class: 'list', id: 'templates' },
@@ -25,7 +40,8 @@ export function imagesPage(el: HTMLElement, _ctx: Ctx): Page {
       h('thead', null, h('tr', null,
         h('th', null, 'Names'), h('th', null, 'ID'), h('th', { class: 'num' }, 'Size'), h('th', null, 'Created'))),
       images),
-    iStatus)
+    iStatus,
+    cacheList)
   const refresh = async () => {
     const [t, i] = await Promise.allSettled([listTemplates(), listImages()])
     if (t.status === 'fulfilled') {
@@ -41,12 +57,16 @@ export function imagesPage(el: HTMLElement, _ctx: Ctx): Page {
       text(tStatus, `cannot list templates: ${errorText(t.reason)}`)
     }
     if (i.status === 'fulfilled') {
-      replace(images, ...i.value.map((img) => h('tr', null,
-        h('td', { class: 'mono' }, img.names.join(', ') || '<none>', img.shared ? null : h('span', { class: 'chip' }, 'team')),
-        h('td', { class: 'mono' }, img.id.replace(/^sha256:/, '').slice(0, 12)),
-        h('td', { class: 'num' }, bytes(img.size)),
-        h('td', null, dateTime(img.created)))))
-      text(iStatus, i.value.length ? '' : 'No images.')
+      // What template builds keep to skip steps they ran before goes
+      // in a list of its own, folded.
+      const cached = (img: ImageJSON) => img.names.length > 0 && img.names.every((n) => n.startsWith(buildCache))
+      const named = i.value.filter((img) => !cached(img))
+      const cache = i.value.filter(cached)
+      replace(images, ...named.map(imageRow))
+      replace(cacheBody, ...cache.map(imageRow))
+      text(cacheCount, `Template build cache: ${cache.length} image${cache.length === 1 ? '' : 's'}`)
+      cacheList.classList.toggle('hidden', cache.length === 0)
+      text(iStatus, named.length ? '' : 'No images.')
     } else {
       text(iStatus, `cannot list images: ${errorText(i.reason)}`)
     }

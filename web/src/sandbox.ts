@@ -53,7 +53,7 @@ export function sandboxPage(el: HTMLElement, ctx: Ctx, id: string, parts: string
 
   const state = h('span', { class: 'badge' })
   const left = h('dd', { 'data-field': 'left' })
-  const facts = h('dl', { class: 'facts' })
+  const facts = h('dl', { class: 'facts inline' })
   const tabBar = h('nav', { class: 'tabs' })
   const tabBody = h('section', { class: 'tab-body' })
   const resume = h('button', {
@@ -115,14 +115,14 @@ export function sandboxPage(el: HTMLElement, ctx: Ctx, id: string, parts: string
     state.className = `badge ${info.state}`
     resume.classList.toggle('hidden', info.state !== 'paused')
     const md = Object.entries(info.metadata ?? {})
+    const fact = (name: string, value: Node | string) => h('div', null, h('dt', null, name), typeof value === 'string' ? h('dd', null, value) : value)
     replace(facts,
-      h('dt', null, 'Template'), h('dd', null, info.name || info.templateId),
-      h('dt', null, 'Started'), h('dd', null, dateTime(info.startedAt)),
-      h('dt', null, 'Time left'), left,
-      h('dt', null, 'Size'), h('dd', null, `${info.cpuCount} CPU, ${info.memoryMB} MiB`),
-      h('dt', null, 'Agent'), h('dd', null, `envd ${info.envdVersion}`),
-      md.length ? h('dt', null, 'Metadata') : null,
-      md.length ? h('dd', null, ...md.map(([k, v]) => h('span', { class: 'chip' }, `${k}=${v}`))) : null)
+      fact('Template', info.name || info.templateId),
+      fact('Started', dateTime(info.startedAt)),
+      fact('Time left', left),
+      fact('Size', `${info.cpuCount} CPU, ${info.memoryMB} MiB`),
+      fact('Agent', `envd ${info.envdVersion}`),
+      md.length ? fact('Metadata', h('dd', null, ...md.map(([k, v]) => h('span', { class: 'chip' }, `${k}=${v}`)))) : null)
     tick()
     if (!current && !gone) showTab(wanted)
   }
