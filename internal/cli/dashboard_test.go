@@ -3,21 +3,15 @@ package cli
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/lightbearco/tupper/auth"
-	"github.com/lightbearco/tupper/backend/backendtest"
-	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/internal/testutil"
-	"github.com/lightbearco/tupper/server"
 )
 
 // TestDashboardCommand runs `tupper dashboard` against the real server and
@@ -25,37 +19,9 @@ import (
 // that signs in once, --open hands the link to xdg-open, and a refused key
 // says what to do.
 func TestDashboardCommand(t *testing.T) {
-	clearAPIEnv(t)
 	ctx := context.Background()
+	_, api, _ := templateDaemon(t)
 	dir := t.TempDir()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.New(ctx, engine.Config{
-		Root: filepath.Join(dir, "engine"), Backend: backendtest.NewFake(), BackendName: "fake",
-		Images: stubImages{dir}, AgentPath: exe, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	keys, err := auth.Open(filepath.Join(dir, "keys.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer keys.Close()
-	key, _, err := keys.Create(ctx, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Engine: eng, Keys: keys})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	hs := httptest.NewServer(srv)
-	defer hs.Close()
 
 	// A stand-in for xdg-open that notes what it was asked to open.
 	bin := t.TempDir()
@@ -68,11 +34,11 @@ func TestDashboardCommand(t *testing.T) {
 
 	var stdout, stderr bytes.Buffer
 	g := &globals{stdout: &stdout, stderr: &stderr}
-	if err := runDashboard(ctx, g, &dashboardOptions{api: apiOptions{url: hs.URL, key: key}, open: true}); err != nil {
+	if err := runDashboard(ctx, g, &dashboardOptions{api: api, open: true}); err != nil {
 		t.Fatal(err)
 	}
 	link := strings.TrimSpace(stdout.String())
-	if !strings.HasPrefix(link, hs.URL+"/dashboard/#login=") || strings.Count(stdout.String(), "\n") != 1 {
+	if !strings.HasPrefix(link, api.url+"/dashboard/#login=") || strings.Count(stdout.String(), "\n") != 1 {
 		t.Fatalf("stdout %q, want the link alone", stdout.String())
 	}
 	if !strings.Contains(stderr.String(), "works once") {
@@ -86,7 +52,7 @@ func TestDashboardCommand(t *testing.T) {
 	// The link signs in, once.
 	_, token, _ := strings.Cut(link, "#login=")
 	for i, want := range []int{http.StatusCreated, http.StatusUnauthorized} {
-		resp, err := http.Post(hs.URL+"/dashboard/session", "application/json", strings.NewReader(`{"token":"`+token+`"}`))
+		resp, err := http.Post(api.url+"/dashboard/session", "application/json", strings.NewReader(`{"token":"`+token+`"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +63,7 @@ func TestDashboardCommand(t *testing.T) {
 	}
 
 	stdout.Reset()
-	err = runDashboard(ctx, g, &dashboardOptions{api: apiOptions{url: hs.URL, key: "e2b_" + strings.Repeat("0", 40)}})
+	err := runDashboard(ctx, g, &dashboardOptions{api: apiOptions{url: api.url, key: "e2b_" + strings.Repeat("0", 40)}})
 	if err == nil || !strings.Contains(err.Error(), "refused the API key") || stdout.Len() != 0 {
 		t.Errorf("with a wrong key: %v, printed %q", err, stdout.String())
 	}
