@@ -3,15 +3,15 @@
 
 import { Sandbox, type SandboxInfo } from 'e2b'
 
+import { extendButton, killButton } from './actions'
 import { sdkOptions } from './api'
 import { every, type Ctx, type Page } from './app'
-import { confirmButton, h, replace, text } from './dom'
+import { h, replace, text } from './dom'
 import { filesTab } from './files'
 import { dateTime, duration } from './format'
 import { logsTab } from './logs'
 import { networkTab } from './network'
 import { processesTab } from './processes'
-import { extend } from './sandboxes'
 import { terminalTab } from './terminal'
 
 // Tab is what a tab shows: open fills el, and returns how to close it.
@@ -73,24 +73,9 @@ export function sandboxPage(el: HTMLElement, ctx: Ctx, id: string, parts: string
       h('h2', { class: 'mono' }, id, ' ', state),
       h('div', { class: 'actions' },
         resume,
-        h('button', {
-          type: 'button', class: 'extend',
-          onclick: async () => {
-            try {
-              if (info) await extend(info)
-              await refresh()
-            } catch (err) {
-              ctx.fail(err)
-            }
-          },
-        }, '+5 min'),
-        confirmButton('Kill', 'Confirm kill', async () => {
-          try {
-            await Sandbox.kill(id, sdkOptions())
-            location.hash = '#/'
-          } catch (err) {
-            ctx.fail(err)
-          }
+        extendButton(ctx, () => info, () => refresh()),
+        killButton(ctx, id, () => {
+          location.hash = '#/'
         }))),
     facts, tabBar, tabBody)
 

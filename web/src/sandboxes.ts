@@ -3,10 +3,11 @@
 
 import { Sandbox, type SandboxInfo, type SandboxMetrics } from 'e2b'
 
+import { extendButton, killButton } from './actions'
 import { api, errorText, sdkOptions } from './api'
 import { every, type Ctx, type Page } from './app'
 import { templateNames } from './catalog'
-import { confirmButton, h, replace, text } from './dom'
+import { h, replace, text } from './dom'
 import { bytes, duration, pairs } from './format'
 import { Spark } from './spark'
 
@@ -15,8 +16,6 @@ const metricsWindow = 10 * 60_000
 // memFloor is the least top of a memory sparkline: a few MiB of noise
 // must not fill it.
 const memFloor = 32 << 20
-// extendBy is what "+5 min" adds to a sandbox's time left.
-const extendBy = 5 * 60_000
 
 // listSandboxes returns every running or paused sandbox, page by page.
 export async function listSandboxes(): Promise<SandboxInfo[]> {
@@ -24,12 +23,6 @@ export async function listSandboxes(): Promise<SandboxInfo[]> {
   const out: SandboxInfo[] = []
   while (pager.hasNext) out.push(...(await pager.nextItems()))
   return out
-}
-
-// extend gives the sandbox extendBy more than it has left.
-export async function extend(info: SandboxInfo): Promise<void> {
-  const left = Math.max(0, new Date(info.endAt).getTime() - Date.now())
-  await Sandbox.setTimeout(info.sandboxId, left + extendBy, sdkOptions())
 }
 
 // Row is one sandbox's line of the table.
@@ -57,25 +50,10 @@ class Row {
       h('td', { class: 'spark-cell' }, this.cpu.el, this.cpuText),
       h('td', { class: 'spark-cell' }, this.mem.el, this.memText),
       h('td', { class: 'actions' },
-        h('button', {
-          type: 'button', class: 'extend', title: 'Add 5 minutes to the time left',
-          onclick: async () => {
-            try {
-              await extend(this.info)
-              onChange()
-            } catch (err) {
-              ctx.fail(err)
-            }
-          },
-        }, '+5 min'),
-        confirmButton('Kill', 'Confirm kill', async () => {
-          try {
-            await Sandbox.kill(id, sdkOptions())
-            this.el.classList.add('gone')
-            onChange()
-          } catch (err) {
-            ctx.fail(err)
-          }
+        extendButton(ctx, () => this.info, onChange),
+        killButton(ctx, id, () => {
+          this.el.classList.add('gone')
+          onChange()
         })))
     this.update(info)
   }
