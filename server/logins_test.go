@@ -161,6 +161,27 @@ func TestDashboardSessionScope(t *testing.T) {
 	}
 }
 
+// TestDashboardSessionEndsWithItsKey removes the API key a session was
+// made with: the session ends with it.
+func TestDashboardSessionEndsWithItsKey(t *testing.T) {
+	e := newTestEnv(t)
+	key, k, err := e.server.keys.Create(context.Background(), "short-lived")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, token := signInLink(t, e, key)
+	_, session := redeemToken(t, e, token)
+	if status, _, _ := e.doKey(session, "GET", "/v2/sandboxes", ""); status != http.StatusOK {
+		t.Fatalf("the session: %d", status)
+	}
+	if err := e.server.keys.Remove(context.Background(), k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if status, _, _ := e.doKey(session, "GET", "/v2/sandboxes", ""); status != http.StatusUnauthorized {
+		t.Errorf("the session of a removed key: %d, want 401", status)
+	}
+}
+
 // TestDashboardLinksExpire moves the clock past a link's and a session's
 // lifetimes.
 func TestDashboardLinksExpire(t *testing.T) {

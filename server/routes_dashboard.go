@@ -124,11 +124,24 @@ func (s *Server) handleSessionEnd(w http.ResponseWriter, r *http.Request) {
 }
 
 // sessionContext returns r's context in the scope of session key, and
-// false when key opens no session.
+// false when key opens no session. A session made with an API key ends
+// when that key is removed; one whose key cannot be looked up opens
+// nothing this time.
 func (s *Server) sessionContext(r *http.Request, key string) (*http.Request, bool) {
 	g, ok := s.logins.session(key)
 	if !ok {
 		return r, false
+	}
+	if g.scoped && g.scope.Key != "" {
+		has, err := s.keys.Has(r.Context(), g.scope.Key)
+		if err != nil {
+			s.log.Error("look up a dashboard session's key", "key", g.scope.Key, "err", err)
+			return r, false
+		}
+		if !has {
+			s.logins.end(key)
+			return r, false
+		}
 	}
 	if g.scoped {
 		return r.WithContext(engine.WithScope(r.Context(), g.scope)), true
