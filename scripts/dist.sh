@@ -21,6 +21,9 @@ trap 'rm -rf "$work"' EXIT
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 ldflags="-s -w -X github.com/lightbearco/tupper/internal/cli.Version=$version"
 
+# The web dashboard, which every tupper embeds.
+scripts/build-dashboard.sh
+
 for arch in amd64 arm64; do
   say "tupper-agent linux/$arch"
   CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags="-s -w" -o "$work/agent-$arch/tupper-agent" ./cmd/tupper-agent

@@ -68,17 +68,7 @@ fi
 # which bin/tupper embeds; again only when web/'s sources or lock file
 # changed. Without npm the daemon serves a page saying how to build it.
 if command -v npm >/dev/null; then
-  sum=$(cat web/package.json web/package-lock.json web/tsconfig.json web/build.mjs $(find web/src -type f | sort) | sha256sum | cut -d' ' -f1)
-  if [ "$(cat server/dashboard/dist/.stamp 2>/dev/null)" != "$sum" ] || [ ! -f server/dashboard/dist/index.html ]; then
-    say "building the web dashboard (web/)"
-    lock=$(sha256sum web/package-lock.json | cut -d' ' -f1)
-    if [ "$(cat web/node_modules/.tupper-lock-sha256 2>/dev/null)" != "$lock" ]; then
-      (cd web && npm ci --prefer-offline --no-audit --no-fund --loglevel=error --cache "$CACHE/npm")
-      printf '%s' "$lock" > web/node_modules/.tupper-lock-sha256
-    fi
-    (cd web && npm run --silent build)
-    printf '%s' "$sum" > server/dashboard/dist/.stamp
-  fi
+  scripts/build-dashboard.sh
 else
   say "npm is missing: bin/tupper is built without the web dashboard (apt-get install npm)"
 fi
