@@ -102,8 +102,9 @@ function route(): void {
   for (const a of root.querySelectorAll<HTMLAnchorElement>('nav a')) {
     a.classList.toggle('active', a.dataset.nav === (key === 'templates' ? 'templates' : 'sandboxes'))
   }
-  if (key === pageKey && page?.update) {
-    page.update(parts.slice(2))
+  if (key === pageKey && page) {
+    // The same page: another of its tabs, or nothing new.
+    page.update?.(parts.slice(2))
     return
   }
   closePage()
