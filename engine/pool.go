@@ -40,8 +40,9 @@ type warmPools struct {
 	pools []*warmPool
 	// wake tells the filler a pool lost a sandbox.
 	wake chan struct{}
-	// lastTake is when a sandbox was last handed out.
-	lastTake time.Time
+	// lastTake is when a sandbox was last handed out, and firstTake the
+	// first hand-out since a refill last started (zero: none).
+	lastTake, firstTake time.Time
 }
 
 type warmPool struct {
@@ -117,11 +118,14 @@ func (e *Engine) fillPools() {
 	}
 }
 
-// refillQuiet is how long after a hand-out a pool that still has idle
-// sandboxes waits to refill: boots take most of both cores here, and the
-// hand-outs of a burst (each an /init inside its sandbox) go faster
-// without them. A pool drawn empty refills at once.
-const refillQuiet = 250 * time.Millisecond
+// refillQuiet is how long after a hand-out the pools wait to refill: boots
+// take most of both cores here, and the hand-outs of a burst go faster
+// without them. Under steady demand they wait at most refillLatest after
+// the first hand-out since the last refill.
+const (
+	refillQuiet  = 250 * time.Millisecond
+	refillLatest = time.Second
+)
 
 // pruneIdle drops from the pools the sandboxes that stopped being live
 // (their timeout, a crash).
@@ -174,26 +178,27 @@ func (e *Engine) startFills(slots chan struct{}) time.Duration {
 }
 
 // claimFill picks the first pool below its size whose next sandbox fits
-// the budget, and counts a boot for it. With none, it returns how long
-// until a pool that waits for quiet (refillQuiet) may be filled.
+// the budget, and counts a boot for it. While hand-outs go on (see
+// refillQuiet) it claims none and returns how long to wait.
 func (e *Engine) claimFill() (*warmPool, time.Duration) {
 	e.pools.mu.Lock()
 	defer e.pools.mu.Unlock()
-	quiet := refillQuiet - time.Since(e.pools.lastTake)
-	var wait time.Duration
+	if !e.pools.firstTake.IsZero() {
+		quiet := min(refillQuiet-time.Since(e.pools.lastTake), refillLatest-time.Since(e.pools.firstTake))
+		if quiet > 0 {
+			return nil, quiet
+		}
+	}
 	for _, c := range e.pools.pools {
 		mem := max(c.memoryMB, e.cfg.DefaultMemoryMB)
 		if len(c.idle)+c.filling >= c.cfg.Size || e.poolMemoryMB()+mem > e.cfg.WarmMemoryMB {
 			continue
 		}
-		if len(c.idle) > 0 && quiet > 0 {
-			wait = quiet
-			continue
-		}
 		c.filling++
+		e.pools.firstTake = time.Time{}
 		return c, 0
 	}
-	return nil, wait
+	return nil, 0
 }
 
 // fill boots one sandbox for p, whose boot claimFill counted. After a
@@ -260,6 +265,9 @@ func (e *Engine) takeWarm(ctx context.Context, opts CreateOptions) (*Sandbox, bo
 		if p.cfg.Template == template && len(p.idle) > 0 && (len(opts.Env) == 0 || !p.interpreter) {
 			id, p.idle = p.idle[0], p.idle[1:]
 			e.pools.lastTake = time.Now()
+			if e.pools.firstTake.IsZero() {
+				e.pools.firstTake = e.pools.lastTake
+			}
 			break
 		}
 	}
