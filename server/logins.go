@@ -24,10 +24,13 @@ const (
 	loginLinkTTL = 5 * time.Minute
 	// sessionTTL is how long the key a link gives stays good.
 	sessionTTL = 12 * time.Hour
-	// maxLoginLinks and maxSessions bound what a client with a key can
-	// make the daemon hold.
-	maxLoginLinks = 256
-	maxSessions   = 1024
+	// maxLoginLinks and maxSessions bound what one team can make the
+	// daemon hold: past them, the team's oldest link or session gives
+	// way to its new one. Bounding each team, not the daemon, keeps one
+	// team's links and sessions from crowding out another's (the
+	// operator's among them), and the operator's keys bound the teams.
+	maxLoginLinks = 32
+	maxSessions   = 100
 	// loginTokenBytes is the randomness of a link's token: 256 bits.
 	loginTokenBytes = 32
 )
@@ -61,16 +64,35 @@ func secretHash(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// pruneLocked drops what expired from m, and reports whether m has room
-// for one more under limit.
-func (l *logins) pruneLocked(m map[string]grant, limit int) bool {
+// team is the team whose links and sessions g counts among: its
+// scope's, or "" for the operator's unscoped grants.
+func (g grant) team() string {
+	if !g.scoped {
+		return ""
+	}
+	return g.scope.Team
+}
+
+// makeRoomLocked drops what expired from m and, when team holds limit
+// entries of m already, the one of them that expires first, so that m
+// has room for one more of team's.
+func (l *logins) makeRoomLocked(m map[string]grant, team string, limit int) {
 	now := l.now()
+	held, oldest := 0, ""
 	for k, g := range m {
-		if !now.Before(g.expires) {
+		switch {
+		case !now.Before(g.expires):
 			delete(m, k)
+		case g.team() == team:
+			held++
+			if oldest == "" || g.expires.Before(m[oldest].expires) {
+				oldest = k
+			}
 		}
 	}
-	return len(m) < limit
+	if held >= limit {
+		delete(m, oldest)
+	}
 }
 
 // newLink makes a one-time link token for the scope of g.
@@ -82,9 +104,7 @@ func (l *logins) newLink(g grant) (string, time.Time, error) {
 	token := base64.RawURLEncoding.EncodeToString(b)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.pruneLocked(l.links, maxLoginLinks) {
-		return "", time.Time{}, fmt.Errorf("%d sign-in links wait for their use already: %w", maxLoginLinks, errdefs.ErrResourceExhausted)
-	}
+	l.makeRoomLocked(l.links, g.team(), maxLoginLinks)
 	g.expires = l.now().Add(loginLinkTTL)
 	l.links[secretHash(token)] = g
 	return token, g.expires, nil
@@ -102,9 +122,7 @@ func (l *logins) redeem(token string) (string, time.Time, error) {
 	if !ok || !l.now().Before(g.expires) {
 		return "", time.Time{}, fmt.Errorf("sign-in link used already or expired: %w", errdefs.ErrUnauthenticated)
 	}
-	if !l.pruneLocked(l.sessions, maxSessions) {
-		return "", time.Time{}, fmt.Errorf("%d dashboard sessions are open already: %w", maxSessions, errdefs.ErrResourceExhausted)
-	}
+	l.makeRoomLocked(l.sessions, g.team(), maxSessions)
 	b := make([]byte, 20)
 	if _, err := rand.Read(b); err != nil {
 		return "", time.Time{}, fmt.Errorf("dashboard session: %w", err)

@@ -296,3 +296,54 @@ func TestDashboardPageIsOpen(t *testing.T) {
 		}
 	}
 }
+
+// TestDashboardLinkFloodStaysInItsTeam has a team's key ask for more links
+// and sessions than the daemon holds for one team: the operator can still
+// sign in, and the flooding team loses only its own oldest links and
+// sessions, never another team's.
+func TestDashboardLinkFloodStaysInItsTeam(t *testing.T) {
+	e := newTestEnv(t)
+	flooder, _, err := e.server.keys.CreateInTeam(context.Background(), "flood", "flood")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, operatorToken := signInLink(t, e, e.key)
+	_, operatorSession := redeemToken(t, e, operatorToken)
+
+	_, firstToken := signInLink(t, e, flooder)
+	_, firstSession := redeemToken(t, e, firstToken)
+	_, oldLink := signInLink(t, e, flooder)
+	for range maxLoginLinks {
+		signInLink(t, e, flooder)
+	}
+	if status, _ := redeemToken(t, e, oldLink); status != http.StatusUnauthorized {
+		t.Errorf("the flooding team's oldest link, past the team's %d: %d, want 401 (it gave way)", maxLoginLinks, status)
+	}
+	for i := range maxSessions {
+		_, token := signInLink(t, e, flooder)
+		if status, _ := redeemToken(t, e, token); status != http.StatusCreated {
+			t.Fatalf("session %d of the flooding team: %d", i, status)
+		}
+	}
+	if status, _, _ := e.doKey(firstSession, "GET", "/v2/sandboxes", ""); status != http.StatusUnauthorized {
+		t.Errorf("the flooding team's oldest session, past the team's %d: %d, want 401 (it gave way)", maxSessions, status)
+	}
+
+	// The other team signs in as before, and keeps its session.
+	_, token := signInLink(t, e, e.key)
+	status, session := redeemToken(t, e, token)
+	if status != http.StatusCreated {
+		t.Fatalf("the operator's sign-in after another team's flood: %d", status)
+	}
+	for _, k := range []string{operatorSession, session} {
+		if status, _, _ := e.doKey(k, "GET", "/v2/sandboxes", ""); status != http.StatusOK {
+			t.Errorf("the operator's session after another team's flood: %d", status)
+		}
+	}
+	e.server.logins.mu.Lock()
+	links, sessions := len(e.server.logins.links), len(e.server.logins.sessions)
+	e.server.logins.mu.Unlock()
+	if links > 2*maxLoginLinks || sessions > 2*maxSessions {
+		t.Errorf("the daemon holds %d links and %d sessions for two teams, want at most %d and %d", links, sessions, 2*maxLoginLinks, 2*maxSessions)
+	}
+}
