@@ -38,8 +38,10 @@ type Peer struct {
 	UID, GID uint32
 	// PID is its process id.
 	PID int32
-	// Groups are its supplementary group ids, read from /proc when it
-	// connected; nil when they could not be read.
+	// Groups are its supplementary group ids when it connected, as the
+	// kernel kept them (SO_PEERGROUPS; on kernels without it, read from
+	// /proc as the connection is accepted); nil when they could not be
+	// had.
 	Groups []uint32
 	// Err says why the kernel's answer could not be had; such a peer is
 	// trusted with nothing.

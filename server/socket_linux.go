@@ -102,32 +102,44 @@ func (l *socketListener) Accept() (net.Conn, error) {
 	return &socketConn{UnixConn: c, peer: &socketPeer{Peer: p, trusted: l.trust.trusts(p), trust: l.trust}}, nil
 }
 
-// peerOf asks the kernel who is at the other end of c (SO_PEERCRED: the
-// credentials it connected with), and /proc for its supplementary groups.
+// peerOf asks the kernel who is at the other end of c: the credentials
+// and the supplementary groups it connected with (SO_PEERCRED,
+// SO_PEERGROUPS).
 func peerOf(c *net.UnixConn) Peer {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return Peer{Err: err}
 	}
-	var cred *unix.Ucred
-	var credErr error
+	var (
+		cred              *unix.Ucred
+		groups            []uint32
+		credErr, groupErr error
+	)
 	if err := raw.Control(func(fd uintptr) {
 		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		groups, groupErr = peerGroups(int(fd))
 	}); err != nil {
 		return Peer{Err: err}
 	}
 	if credErr != nil {
 		return Peer{Err: fmt.Errorf("SO_PEERCRED: %w", credErr)}
 	}
-	p := Peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid}
-	if p.UID != 0 && p.PID > 0 {
-		data, err := os.ReadFile("/proc/" + strconv.Itoa(int(p.PID)) + "/status")
-		// The process's uid must still be the one it connected with:
-		// otherwise its pid went to another process, whose groups say
-		// nothing of the peer.
-		if st := parseProcStatus(string(data)); err == nil && st.ok && st.euid == p.UID {
-			p.Groups = st.groups
-		}
+	p := Peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid, Groups: groups}
+	if errors.Is(groupErr, unix.ENOPROTOOPT) && p.UID != 0 && p.PID > 0 {
+		p.Groups = procGroups(p)
 	}
 	return p
+}
+
+// procGroups reads the supplementary groups of peer p from /proc, for
+// kernels older than SO_PEERGROUPS (4.13). They are the process's now,
+// not when it connected: they are believed only while it still has the
+// uid it connected with, since otherwise its pid went to another process,
+// whose groups say nothing of the peer.
+func procGroups(p Peer) []uint32 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(int(p.PID)) + "/status")
+	if st := parseProcStatus(string(data)); err == nil && st.ok && st.euid == p.UID {
+		return st.groups
+	}
+	return nil
 }
