@@ -2,9 +2,14 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"html"
+	"io/fs"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -34,7 +39,7 @@ with an API key.`,
 			return runDashboard(cmd.Context(), g, o)
 		},
 	}
-	cmd.Flags().BoolVar(&o.open, "open", false, "open the link in a browser too (with xdg-open)")
+	cmd.Flags().BoolVar(&o.open, "open", false, "open the link in a browser too (with xdg-open, through a page in your cache directory that only you can read: a command line is visible to every user)")
 	addAPIFlags(cmd, &o.api)
 	return cmd
 }
@@ -63,12 +68,60 @@ func runDashboard(ctx context.Context, g *globals, o *dashboardOptions) error {
 		fmt.Fprintln(g.stderr, "No xdg-open here to open a browser with: open the link yourself.")
 		return nil
 	}
-	cmd := exec.Command(opener, url)
+	page, err := writeOpenPage(url)
+	if err != nil {
+		fmt.Fprintf(g.stderr, "Cannot open a browser safely (%v): open the link yourself.\n", err)
+		return nil
+	}
+	cmd := exec.Command(opener, page)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("open a browser: %w", err)
 	}
 	// The browser outlives this command; xdg-open is not waited for.
 	return cmd.Process.Release()
+}
+
+// openPageName is the file, in the user's cache directory, through which
+// --open hands the link to the browser.
+const openPageName = "dashboard-link.html"
+
+// writeOpenPage writes a page that sends the browser on to link, readable
+// by this user alone, and returns its path. The browser is given the page
+// rather than the link: a command line (xdg-open's, the browser's) is
+// readable by every user of the host while it runs, in /proc/PID/cmdline,
+// and whoever read the link there could sign in with it first. Each call
+// replaces the page of the one before; the link in it works once.
+func writeOpenPage(link string) (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, "tupper")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, openPageName)
+	// Made anew, so that its mode is 0600 whatever an older one's was.
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", err
+	}
+	u := html.EscapeString(link)
+	_, err = fmt.Fprintf(f, `<!doctype html>
+<html><head><meta charset="utf-8"><meta http-equiv="refresh" content="0;url=%s"><title>Tupper</title></head>
+<body><a href="%s">Open the Tupper dashboard</a></body></html>
+`, u, u)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return "", err
+	}
+	return path, nil
 }
 
 // reachableURL is the URL at which a browser on this host reaches a

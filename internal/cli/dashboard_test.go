@@ -16,8 +16,10 @@ import (
 
 // TestDashboardCommand runs `tupper dashboard` against the real server and
 // engine (on the fake backend): it prints a link alone on standard output
-// that signs in once, --open hands the link to xdg-open, and a refused key
-// says what to do.
+// that signs in once, --open has xdg-open open a page, readable by the
+// user alone, that leads to the link (never the link itself, which any
+// user could read on xdg-open's command line), and a refused key says what
+// to do.
 func TestDashboardCommand(t *testing.T) {
 	ctx := context.Background()
 	_, api, _ := templateDaemon(t)
@@ -31,6 +33,7 @@ func TestDashboardCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 
 	var stdout, stderr bytes.Buffer
 	g := &globals{stdout: &stdout, stderr: &stderr}
@@ -44,13 +47,26 @@ func TestDashboardCommand(t *testing.T) {
 	if !strings.Contains(stderr.String(), "works once") {
 		t.Errorf("stderr %q does not say the link works once", stderr.String())
 	}
+	var arg string
 	testutil.WaitFor(t, 10*time.Second, "xdg-open to be run", func() bool {
 		b, _ := os.ReadFile(opened)
-		return string(b) == link
+		arg = string(b)
+		return arg != ""
 	})
+	_, token, _ := strings.Cut(link, "#login=")
+	if strings.Contains(arg, token) {
+		t.Errorf("xdg-open was given %q: the link's token, on a command line every user can read", arg)
+	}
+	st, err := os.Stat(arg)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("xdg-open was given %q: %v, %v; want a file only its user can read", arg, st, err)
+	}
+	page, _ := os.ReadFile(arg)
+	if !strings.Contains(string(page), `http-equiv="refresh" content="0;url=`+link+`"`) {
+		t.Errorf("the page xdg-open opens does not lead to the link:\n%s", page)
+	}
 
 	// The link signs in, once.
-	_, token, _ := strings.Cut(link, "#login=")
 	for i, want := range []int{http.StatusCreated, http.StatusUnauthorized} {
 		resp, err := http.Post(api.url+"/dashboard/session", "application/json", strings.NewReader(`{"token":"`+token+`"}`))
 		if err != nil {
@@ -63,7 +79,7 @@ func TestDashboardCommand(t *testing.T) {
 	}
 
 	stdout.Reset()
-	err := runDashboard(ctx, g, &dashboardOptions{api: apiOptions{url: api.url, key: "e2b_" + strings.Repeat("0", 40)}})
+	err = runDashboard(ctx, g, &dashboardOptions{api: apiOptions{url: api.url, key: "e2b_" + strings.Repeat("0", 40)}})
 	if err == nil || !strings.Contains(err.Error(), "refused the API key") || stdout.Len() != 0 {
 		t.Errorf("with a wrong key: %v, printed %q", err, stdout.String())
 	}
