@@ -346,6 +346,11 @@ func (d *serveDaemon) sandboxIDs(ctx context.Context, t *testing.T) []string {
 // api sends one control-plane request with the daemon's API key; body, when
 // not nil, is sent as JSON. It returns the status and the response body.
 func (d *serveDaemon) api(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	return d.apiKey(ctx, d.Key, method, path, body)
+}
+
+// apiKey is api with key.
+func (d *serveDaemon) apiKey(ctx context.Context, key, method, path string, body any) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -358,7 +363,7 @@ func (d *serveDaemon) api(ctx context.Context, method, path string, body any) (i
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("X-API-KEY", d.Key)
+	req.Header.Set("X-API-KEY", key)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -83,6 +84,50 @@ func TestDashboard(t *testing.T) {
 	if !strings.HasPrefix(stored, "e2b_") || stored == d.Key {
 		t.Errorf("the link's tab holds the credential %q: want a session key of its own", stored)
 	}
+	linked.waitJS(t, "the header to name the team the tab acts for", `document.getElementById('team').textContent === 'team default'`)
+
+	// A link of another team, opened in the signed-in tab, switches it
+	// only if the user says so: declined, the tab keeps its session and
+	// team; accepted, it acts for the other team and its old session ends.
+	blueKey := d.addKey(t, "--team", "blue", "--name", "dashboard-blue")
+	blueLink := func() string {
+		return strings.TrimSpace(newTupperCLI(t, d, blueKey).ok(t, nil, "dashboard"))
+	}
+	answers := make(chan bool, 2)
+	asked := make(chan string, 2)
+	go func() {
+		for ev, err := range chromedp.Events(linked.ctx, page.JavascriptDialogOpening) {
+			if err != nil {
+				return
+			}
+			asked <- ev.Message
+			chromedp.Call(linked.ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: <-answers})
+		}
+	}()
+	for _, accept := range []bool{false, true} {
+		answers <- accept
+		// Opened in the tab, as a pasted link would be: the same page
+		// with another fragment.
+		eval[string](t, linked, fmt.Sprintf(`location.href = %q`, blueLink()))
+		select {
+		case msg := <-asked:
+			if !strings.Contains(msg, `team "blue"`) || !strings.Contains(msg, `team "default"`) {
+				t.Errorf("the question before switching teams: %q, want it to name both teams", msg)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("a link of another team switched the signed-in tab without asking")
+		}
+		want := map[bool]string{false: "team default", true: "team blue"}[accept]
+		linked.waitJS(t, "the header to say "+want, fmt.Sprintf(`document.getElementById('team').textContent === %q && !location.hash.includes('login=')`, want))
+		now := eval[string](t, linked, `sessionStorage.getItem('tupper.key') || ''`)
+		if (now == stored) == accept {
+			t.Errorf("after answering %v the tab holds %q (before: %q)", accept, now, stored)
+		}
+	}
+	if status, _, _ := d.apiKey(ctx, stored, http.MethodGet, "/v2/sandboxes", nil); status != http.StatusUnauthorized {
+		t.Errorf("the session the tab gave up for team blue's still opens the API: %d, want 401", status)
+	}
+
 	again := b.tab(t)
 	again.run(t, "open the used link again",
 		chromedp.Navigate(link),

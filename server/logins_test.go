@@ -149,7 +149,32 @@ func TestDashboardSessionScope(t *testing.T) {
 	json.Unmarshal(body, &theirs)
 
 	_, token := signInLink(t, e, otherKey)
-	_, session := redeemToken(t, e, token)
+	_, s := redeem(t, e, token)
+	session := s.Key
+	// The page learns whose the session is, to say so and to ask before a
+	// link switches a signed-in tab to another team.
+	if s.Team != "other" {
+		t.Errorf("team other's session says team %q", s.Team)
+	}
+	for _, c := range []struct {
+		key     string
+		want    whoamiJSON
+		comment string
+	}{
+		{session, whoamiJSON{Team: "other", Session: true}, "team other's session"},
+		{otherKey, whoamiJSON{Team: "other"}, "team other's API key"},
+		{e.key, whoamiJSON{Team: "default"}, "the default team's API key"},
+	} {
+		status, _, body := e.doKey(c.key, "GET", "/dashboard/whoami", "")
+		var got whoamiJSON
+		json.Unmarshal(body, &got)
+		if status != http.StatusOK || got != c.want {
+			t.Errorf("whoami with %s: %d %s, want %+v", c.comment, status, body, c.want)
+		}
+	}
+	if status, _, _ := e.doKey("", "GET", "/dashboard/whoami", ""); status != http.StatusUnauthorized {
+		t.Errorf("whoami without a key: %d, want 401", status)
+	}
 	if status, _, _ := e.doKey(session, "GET", "/sandboxes/"+theirs.SandboxID, ""); status != http.StatusOK {
 		t.Errorf("team other's session on its own sandbox: %d", status)
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
 	"mime"
 	"net"
@@ -32,6 +33,8 @@ func (s *Server) dashboardHandler() http.Handler {
 	mux.Handle("GET "+strings.TrimSuffix(dashboard.Prefix, "/"), files)
 	mux.HandleFunc("POST "+dashboard.Prefix+"session", s.handleSessionStart)
 	mux.HandleFunc("DELETE "+dashboard.Prefix+"session", s.handleSessionEnd)
+	// A control-plane route beneath the files' GET.
+	mux.Handle("GET "+dashboard.Prefix+"whoami", s.control)
 	mux.Handle("/", s.control)
 	return mux
 }
@@ -39,6 +42,23 @@ func (s *Server) dashboardHandler() http.Handler {
 // dashboardRoutes registers the control-plane routes of the dashboard.
 func (s *Server) dashboardRoutes(handle func(method, path string, h http.HandlerFunc)) {
 	handle("POST", dashboard.Prefix+"links", s.handleDashboardLink)
+	handle("GET", dashboard.Prefix+"whoami", s.handleWhoami)
+}
+
+// whoamiJSON answers GET /dashboard/whoami.
+type whoamiJSON struct {
+	// Team is the team the caller's credential acts for.
+	Team string `json:"team"`
+	// Session says the credential is a dashboard session's key.
+	Session bool `json:"session"`
+}
+
+// handleWhoami serves GET /dashboard/whoami: which team the caller acts
+// for, so that the page can say so and ask before a sign-in link switches
+// a tab to another team.
+func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) {
+	_, session := s.logins.session(r.Header.Get(headerAPIKey))
+	writeJSON(w, http.StatusOK, whoamiJSON{Team: cmp.Or(teamOf(r), engine.DefaultTeam), Session: session})
 }
 
 // dashboardLinkJSON answers POST /dashboard/links.
@@ -89,6 +109,8 @@ type sessionJSON struct {
 	// until DELETE /dashboard/session ends it.
 	Key       string    `json:"key"`
 	ExpiresAt time.Time `json:"expiresAt"`
+	// Team is the team the session acts for.
+	Team string `json:"team"`
 }
 
 // handleSessionStart serves POST /dashboard/session, {"token": …}: the
@@ -112,7 +134,11 @@ func (s *Server) handleSessionStart(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, sessionJSON{Key: key, ExpiresAt: expires.UTC()})
+	team := engine.DefaultTeam
+	if g, ok := s.logins.session(key); ok {
+		team = cmp.Or(g.team(), engine.DefaultTeam)
+	}
+	writeJSON(w, http.StatusCreated, sessionJSON{Key: key, ExpiresAt: expires.UTC(), Team: team})
 }
 
 // handleSessionEnd serves DELETE /dashboard/session: the session whose

@@ -20,6 +20,18 @@ export function clearKey(): void {
   sessionStorage.removeItem(storageKey)
 }
 
+// Whoami is whom a credential acts for: its team, and whether it is a
+// dashboard session's key (which a sign-out ends).
+export interface Whoami {
+  team: string
+  session: boolean
+}
+
+// whoami asks the daemon whom key acts for.
+export function whoami(key = currentKey()): Promise<Whoami> {
+  return api<Whoami>('GET', 'whoami', undefined, key)
+}
+
 // Unauthorized is thrown when the daemon refused the credential; the
 // dashboard then shows the sign-in page.
 export class Unauthorized extends Error {

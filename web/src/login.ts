@@ -22,9 +22,16 @@ export function takeLinkToken(): string | null {
   return m[1]
 }
 
-// redeemLink trades a link's token for a short-lived key and keeps it.
-// The token works once: the daemon forgets it as it answers.
-export async function redeemLink(token: string): Promise<void> {
+// LinkSession is what a sign-in link was traded for: a short-lived key
+// and the team it acts for.
+export interface LinkSession {
+  key: string
+  team: string
+}
+
+// redeemLink trades a link's token for a short-lived key. The token works
+// once: the daemon forgets it as it answers.
+export async function redeemLink(token: string): Promise<LinkSession> {
   const res = await fetch('session', {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
@@ -33,8 +40,8 @@ export async function redeemLink(token: string): Promise<void> {
   if (!res.ok) {
     throw new Error('this sign-in link was used already or has expired: run `tupper dashboard` again for a new one')
   }
-  const { key } = (await res.json()) as { key: string; expiresAt: string }
-  setKey(key)
+  const { key, team } = (await res.json()) as { key: string; team: string; expiresAt: string }
+  return { key, team }
 }
 
 // loginPage shows the sign-in form in root; onSignedIn runs once a key

@@ -4,7 +4,7 @@
 import '@xterm/xterm/css/xterm.css'
 import './style.css'
 
-import { clearKey, currentKey, errorText, isUnauthorized } from './api'
+import { clearKey, currentKey, errorText, isUnauthorized, setKey, whoami } from './api'
 import type { Ctx, Page } from './app'
 import { h, replace } from './dom'
 import { imagesPage } from './images'
@@ -49,16 +49,18 @@ function closePage(): void {
   pageKey = ''
 }
 
+// endSession ends the dashboard session whose key is key; an API key is
+// not the dashboard's to end, and the daemon leaves it be.
+function endSession(key: string): void {
+  void fetch('session', { method: 'DELETE', headers: { 'X-API-Key': key } }).catch(() => {})
+}
+
 function signOut(message = ''): void {
   const key = currentKey()
   clearKey()
   closePage()
   content = banner = null
-  if (key) {
-    // A key a sign-in link gave ends with the sign-out; an API key is
-    // not the dashboard's to end, and the daemon leaves it be.
-    void fetch('session', { method: 'DELETE', headers: { 'X-API-Key': key } }).catch(() => {})
-  }
+  if (key) endSession(key)
   loginPage(root, message, () => {
     location.hash = '#/'
     shell()
@@ -72,13 +74,40 @@ function shell(): void {
     h('a', { href: '#/templates', 'data-nav': 'templates' }, 'Templates & images'))
   banner = h('div', { class: 'banner hidden', role: 'status' })
   content = h('main', { id: 'content' })
+  const team = h('span', { class: 'team', id: 'team', title: 'the team this tab acts for' })
   replace(root,
     h('header', null,
       h('a', { class: 'brand', href: '#/' }, 'Tupper'),
       nav,
+      team,
       h('button', { class: 'link', type: 'button', id: 'sign-out', onclick: () => signOut('Signed out.') }, 'Sign out')),
     banner,
     content)
+  whoami().then((w) => { team.textContent = `team ${w.team}` }, (err) => ctx.fail(err))
+}
+
+// adoptLink makes the session a sign-in link gave this tab's credential.
+// A tab signed in already as another team asks first: a link anyone sent
+// must not switch it silently. The credential given up, or the session
+// declined, is ended.
+async function adoptLink(token: string): Promise<void> {
+  const next = await redeemLink(token)
+  const previous = currentKey()
+  if (previous) {
+    let current: string | null = null
+    try {
+      current = (await whoami(previous)).team
+    } catch (err) {
+      if (!isUnauthorized(err)) throw err // a refused credential is nothing to keep
+    }
+    if (current !== null && current !== next.team &&
+      !window.confirm(`This sign-in link signs this tab in as team "${next.team}"; it acts for team "${current}" now. Switch to team "${next.team}"?`)) {
+      endSession(next.key)
+      return
+    }
+    endSession(previous)
+  }
+  setKey(next.key)
 }
 
 function route(): void {
@@ -117,7 +146,7 @@ async function start(): Promise<void> {
   const token = takeLinkToken()
   if (token) {
     try {
-      await redeemLink(token)
+      await adoptLink(token)
     } catch (err) {
       signOut(errorText(err))
       return
