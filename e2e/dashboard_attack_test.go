@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -22,15 +21,7 @@ import (
 // javascript: URL must not be followed when clicked (a web link is, after
 // the user says yes).
 func TestDashboardAttacks(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a gVisor sandbox and a browser")
-	}
-	chromium := requireChromium(t)
-	d := startServeDaemon(t)
-	requireDashboardBuilt(t, d)
-	client := goClient(t, d)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	d, client, b, ctx := startDashboardTest(t)
 
 	// Each payload, if it became markup, would leave an element of class
 	// pwn behind (and try to run code, which the page's policy would stop
@@ -56,7 +47,6 @@ func TestDashboardAttacks(t *testing.T) {
 		t.Fatalf("start a process: %v", err)
 	}
 
-	b := startBrowser(t, chromium)
 	tab := b.tab(t)
 	// Dialogs (the terminal's "navigate to …?") are accepted, as a user
 	// who clicks through would.

@@ -39,17 +39,8 @@ const envDashboardScreenshot = "TUPPER_DASHBOARD_SCREENSHOT"
 // upload a file and see it listed (and in the sandbox), download it back
 // byte for byte, kill the sandbox and see it go.
 func TestDashboard(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a gVisor sandbox and a browser")
-	}
-	chromium := requireChromium(t)
-	d := startServeDaemon(t)
-	requireDashboardBuilt(t, d)
-	client := goClient(t, d)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	d, client, b, ctx := startDashboardTest(t)
 
-	b := startBrowser(t, chromium)
 	tab := b.tab(t)
 	tab.run(t, "open the dashboard and sign in with the key",
 		chromedp.Navigate(d.URL+"/dashboard/"),
@@ -280,6 +271,24 @@ func dashboardScreenshot(ctx context.Context, t *testing.T, client *sdk.Client, 
 }
 
 // requireChromium returns the path of Debian's chromium, or skips the
+
+// startDashboardTest starts what a dashboard test drives: a daemon with
+// the dashboard built in, a Go SDK client of it, Debian's chromium, and a
+// context of three minutes for the test's calls.
+func startDashboardTest(t *testing.T) (*serveDaemon, *sdk.Client, *testBrowser, context.Context) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots a gVisor sandbox and a browser")
+	}
+	chromium := requireChromium(t)
+	d := startServeDaemon(t)
+	requireDashboardBuilt(t, d)
+	client := goClient(t, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return d, client, startBrowser(t, chromium), ctx
+}
+
 // test; in CI a missing browser fails it.
 func requireChromium(t *testing.T) string {
 	t.Helper()
