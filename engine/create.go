@@ -346,7 +346,9 @@ func (e *Engine) waitAgent(ctx context.Context, be backend.Backend, sb *Sandbox)
 			}
 		}
 		if attempt%10 == 9 {
-			if st, serr := be.State(ctx, sb.ID); serr != nil || st != backend.StateRunning {
+			// A look that failed because the boot's time ran out says
+			// nothing of the sandbox: the deadline's error below does.
+			if st, serr := be.State(ctx, sb.ID); (serr != nil || st != backend.StateRunning) && ctx.Err() == nil {
 				return fmt.Errorf("sandbox %q stopped while booting (state %q, %v): %w", sb.ID, st, serr, errdefs.ErrUnavailable)
 			}
 		}

@@ -56,7 +56,7 @@ func (s *Store) PutSnapshot(ctx context.Context, sn *Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("snapshot %q: encode record: %w", sn.ID, err)
 	}
-	_, err = s.db.ExecContext(ctx,
+	_, err = s.exec(ctx,
 		`INSERT INTO snapshots(id, team, sandbox, created_ns, data) VALUES(?, ?, ?, ?, ?)
 		 ON CONFLICT(id) DO UPDATE SET team=excluded.team, sandbox=excluded.sandbox, created_ns=excluded.created_ns, data=excluded.data`,
 		sn.ID, sn.Team, sn.Source.ID, sn.CreatedAt.UnixNano(), string(data))
@@ -104,7 +104,7 @@ func (s *Store) GetSnapshotByID(ctx context.Context, id string) (*Snapshot, erro
 // DeleteSnapshot removes the record of snapshot id; a missing one is no
 // error.
 func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
-	if _, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id); err != nil {
+	if _, err := s.exec(ctx, `DELETE FROM snapshots WHERE id = ?`, id); err != nil {
 		return fmt.Errorf("snapshot %q: delete record: %w", id, err)
 	}
 	return nil

@@ -284,7 +284,7 @@ func (s *Store) Put(ctx context.Context, sb *Sandbox) error {
 	if team == "" {
 		team = DefaultTeam
 	}
-	_, err = s.db.ExecContext(ctx,
+	_, err = s.exec(ctx,
 		`INSERT INTO sandboxes(id, state, started_ns, team, creator, data) VALUES(?, ?, ?, ?, ?, ?)
 		 ON CONFLICT(id) DO UPDATE SET state=excluded.state, started_ns=excluded.started_ns,
 		 team=excluded.team, creator=excluded.creator, data=excluded.data`,
@@ -293,6 +293,15 @@ func (s *Store) Put(ctx context.Context, sb *Sandbox) error {
 		return fmt.Errorf("sandbox %q: save record: %w", sb.ID, err)
 	}
 	return nil
+}
+
+// exec runs a write. The caller's cancellation does not reach it: SQLite
+// can report a write it finished as interrupted, when the interrupt comes
+// after its commit, and its writer then believes a record absent that
+// exists (a create's "creating" record that nothing cleans up). Writes
+// are short, and busy_timeout bounds their wait for the lock.
+func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return s.db.ExecContext(context.WithoutCancel(ctx), query, args...)
 }
 
 // Get returns the record of id, or an error wrapping errdefs.ErrNotFound.
@@ -310,7 +319,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Sandbox, error) {
 
 // Delete removes the record of id; deleting a missing record is no error.
 func (s *Store) Delete(ctx context.Context, id string) error {
-	if _, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
+	if _, err := s.exec(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
 		return fmt.Errorf("sandbox %q: delete record: %w", id, err)
 	}
 	return nil
@@ -320,7 +329,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 // started before t, and returns how many went. Killed records are kept a
 // while so that a client can learn why its sandbox is gone; not for ever.
 func (s *Store) DeleteKilledStartedBefore(ctx context.Context, t time.Time) (int64, error) {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE state = ? AND started_ns < ?`, StateKilled, t.UnixNano())
+	res, err := s.exec(ctx, `DELETE FROM sandboxes WHERE state = ? AND started_ns < ?`, StateKilled, t.UnixNano())
 	if err != nil {
 		return 0, fmt.Errorf("prune killed sandboxes: %w", err)
 	}

@@ -276,3 +276,41 @@ func TestMigrateOwners(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestWritesOutliveTheirCallersCancel checks that a write's answer tells
+// the truth whatever its caller's context does: writes cancelled before,
+// and while, they run either land and say so, never say they failed while
+// the record is there. A create that a leaving client cancelled once left
+// a "creating" record behind that way, one nothing cleaned up.
+func TestWritesOutliveTheirCallersCancel(t *testing.T) {
+	s, _ := openTemp(t)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Put(gone, &Sandbox{ID: "before", State: StateCreating}); err != nil {
+		t.Fatalf("Put with a cancelled context: %v", err)
+	}
+	if _, err := s.Get(context.Background(), "before"); err != nil {
+		t.Errorf("the record Put with a cancelled context: %v", err)
+	}
+	// Cancels landing at every moment of many writes: each write that
+	// says it failed has left no record.
+	for i := range 200 {
+		ctx, cancel := context.WithCancel(context.Background())
+		id := fmt.Sprintf("racing-%d", i)
+		go cancel()
+		err := s.Put(ctx, &Sandbox{ID: id, State: StateCreating})
+		_, gerr := s.Get(context.Background(), id)
+		if err != nil && gerr == nil {
+			t.Fatalf("Put of %s said %v, yet its record is there", id, err)
+		}
+		if err == nil && gerr != nil {
+			t.Fatalf("Put of %s succeeded, yet Get says %v", id, gerr)
+		}
+	}
+	if err := s.Delete(gone, "before"); err != nil {
+		t.Fatalf("Delete with a cancelled context: %v", err)
+	}
+	if _, err := s.Get(context.Background(), "before"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the record Deleted with a cancelled context: %v", err)
+	}
+}

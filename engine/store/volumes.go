@@ -76,7 +76,7 @@ func (s *Store) InsertVolume(ctx context.Context, v *Volume) error {
 	if err != nil {
 		return fmt.Errorf("volume %q: encode record: %w", v.Name, err)
 	}
-	res, err := s.db.ExecContext(ctx,
+	res, err := s.exec(ctx,
 		`INSERT INTO volumes(id, team, name, state, created_ns, data) VALUES(?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
 		v.ID, v.Team, v.Name, v.State, v.CreatedAt.UnixNano(), string(data))
 	if err != nil {
@@ -101,7 +101,7 @@ func (s *Store) SetVolumeState(ctx context.Context, id, state string) error {
 	if err != nil {
 		return fmt.Errorf("volume %q: encode record: %w", id, err)
 	}
-	if _, err := s.db.ExecContext(ctx, `UPDATE volumes SET state = ?, data = ? WHERE id = ?`, state, string(data), id); err != nil {
+	if _, err := s.exec(ctx, `UPDATE volumes SET state = ?, data = ? WHERE id = ?`, state, string(data), id); err != nil {
 		return fmt.Errorf("volume %q: save record: %w", id, err)
 	}
 	return nil
@@ -164,7 +164,7 @@ func (s *Store) ListVolumes(ctx context.Context, team string) ([]*Volume, error)
 // DeleteVolume removes the record of volume id; a missing one is no
 // error.
 func (s *Store) DeleteVolume(ctx context.Context, id string) error {
-	if _, err := s.db.ExecContext(ctx, `DELETE FROM volumes WHERE id = ?`, id); err != nil {
+	if _, err := s.exec(ctx, `DELETE FROM volumes WHERE id = ?`, id); err != nil {
 		return fmt.Errorf("volume %q: delete record: %w", id, err)
 	}
 	return nil
