@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/lightbearco/tupper/internal/localsock"
 	"github.com/lightbearco/tupper/internal/testutil"
+	"github.com/lightbearco/tupper/sdk"
 )
 
 // TestLocalSocket drives the CLI and `tupper mcp` through the local socket
@@ -74,6 +76,10 @@ func TestLocalSocket(t *testing.T) {
 
 	t.Run("mcp", func(t *testing.T) {
 		mcpThroughSocket(t, d)
+	})
+
+	t.Run("go sdk", func(t *testing.T) {
+		goSDKThroughSocket(t, d)
 	})
 
 	t.Run("a user without the group", func(t *testing.T) {
@@ -298,4 +304,42 @@ func addUser(t *testing.T, group string) string {
 		}
 	})
 	return name
+}
+
+// goSDKThroughSocket runs the Go SDK with an unix:// URL and no key, as a
+// program on the daemon's host does, and hands the URLs it signs to plain
+// HTTP clients, as its users do: they point at the daemon's TCP address,
+// where anyone holding them can use them, not at the socket only the SDK
+// can reach.
+func goSDKThroughSocket(t *testing.T, d *serveDaemon) {
+	ctx := context.Background()
+	tr, err := sdk.NewHTTPTransport(sdk.HTTPConfig{APIURL: localsock.URL(localsock.Of(d.Root))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &sdk.Client{Transport: tr}
+	sb, err := client.Create(ctx, sdk.CreateOptions{Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatalf("create through the socket with the Go SDK: %v", err)
+	}
+	defer sb.Kill(context.Background())
+	if _, err := sb.Files.Write(ctx, "/home/user/shared.txt", []byte("handed over")); err != nil {
+		t.Fatal(err)
+	}
+	down, err := sb.DownloadURL("/home/user/shared.txt", sdk.URLOptions{Expires: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(down, d.URL+"/files?") {
+		t.Fatalf("DownloadURL through the socket = %q, want one at the daemon's address %s", down, d.URL)
+	}
+	resp, err := http.Get(down)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "handed over" {
+		t.Errorf("GET of the signed URL: %d %q", resp.StatusCode, body)
+	}
 }

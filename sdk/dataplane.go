@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -33,8 +34,11 @@ const (
 // of the process and filesystem services. It is safe for concurrent use.
 type conn struct {
 	baseURL string // without a trailing slash
-	http    *http.Client
-	token   string
+	// publicURL is the base of the URLs handed to others (see
+	// DataPlane.PublicURL), without a trailing slash; empty: baseURL.
+	publicURL string
+	http      *http.Client
+	token     string
 	// routed reports whether requests reach the sandbox by the
 	// E2b-Sandbox-Port header (a `tupper serve` or E2B data plane) rather
 	// than by BaseURL's own port: it says how other ports are reached.
@@ -71,10 +75,11 @@ func newConn(dp *DataPlane) (*conn, error) {
 		hc.Transport = &headerTransport{base: rt, header: header}
 	}
 	c := &conn{
-		baseURL: strings.TrimRight(dp.BaseURL, "/"),
-		http:    &hc,
-		token:   dp.AccessToken,
-		routed:  header.Get(headerSandboxPort) != "",
+		baseURL:   strings.TrimRight(dp.BaseURL, "/"),
+		publicURL: strings.TrimRight(dp.PublicURL, "/"),
+		http:      &hc,
+		token:     dp.AccessToken,
+		routed:    header.Get(headerSandboxPort) != "",
 	}
 	// JSON is the encoding of the E2B SDKs; using it here too means the Go
 	// SDK exercises exactly what they send.
@@ -120,6 +125,11 @@ func newRequest[T any](msg *T, user string) *connect.Request[T] {
 // filesURL is the URL of /files with the given query.
 func (c *conn) filesURL(q url.Values) string {
 	return c.baseURL + "/files?" + q.Encode()
+}
+
+// publicFilesURL is filesURL for another client: at the public URL.
+func (c *conn) publicFilesURL(q url.Values) string {
+	return cmp.Or(c.publicURL, c.baseURL) + "/files?" + q.Encode()
 }
 
 // portRequest makes a request for path on another port of the sandbox

@@ -153,7 +153,13 @@ type HTTPTransport struct {
 	client     *http.Client // the control plane's
 	dataClient *http.Client // the data plane's
 
-	mu sync.Mutex
+	// viaSocket reports that the data plane is reached through a unix
+	// socket; publicURL is then the daemon's TCP URL, as its answers
+	// name it (localsock.HeaderPublicURL), for the URLs handed to other clients.
+	viaSocket bool
+
+	mu        sync.Mutex
+	publicURL string
 	// tokens caches each sandbox's envdAccessToken, learnt from create,
 	// connect or get, so that DataPlane needs no call of its own.
 	tokens map[string]string
@@ -193,6 +199,7 @@ func NewHTTPTransport(cfg HTTPConfig) (*HTTPTransport, error) {
 		apiKey:     cfg.APIKey,
 		client:     client,
 		dataClient: &data,
+		viaSocket:  isSocket(cfg.SandboxURL),
 		tokens:     map[string]string{},
 	}, nil
 }
@@ -595,11 +602,15 @@ func (t *HTTPTransport) DataPlane(ctx context.Context, id string) (*DataPlane, e
 		}
 		tok = info.EnvdAccessToken
 	}
+	t.mu.Lock()
+	public := t.publicURL
+	t.mu.Unlock()
 	return &DataPlane{
 		BaseURL:     t.sandboxURL,
 		Client:      t.dataClient,
 		Header:      http.Header{headerSandboxID: {id}, headerSandboxPort: {agentPort}},
 		AccessToken: tok,
+		PublicURL:   public,
 	}, nil
 }
 
@@ -634,6 +645,11 @@ func (t *HTTPTransport) call(ctx context.Context, method, path string, query url
 		resp, err := t.client.Do(req)
 		if err != nil {
 			return nil, fromTransport(err)
+		}
+		if u := resp.Header.Get(localsock.HeaderPublicURL); u != "" && t.viaSocket {
+			t.mu.Lock()
+			t.publicURL = u
+			t.mu.Unlock()
 		}
 		if resp.StatusCode == http.StatusTooManyRequests && attempt < maxRetries {
 			if wait, ok := retryAfter(resp.Header.Get("Retry-After")); ok {

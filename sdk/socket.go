@@ -58,3 +58,9 @@ func viaSocket(rawURL string, client *http.Client) (string, *http.Client, error)
 	c.Transport = tr
 	return "http://" + socketHost, &c, nil
 }
+
+// isSocket reports whether rawURL names a unix socket.
+func isSocket(rawURL string) bool {
+	_, ok := localsock.FromURL(rawURL)
+	return ok
+}

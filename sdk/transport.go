@@ -39,6 +39,11 @@ type DataPlane struct {
 	Header http.Header
 	// AccessToken signs /files URLs; empty when the sandbox has none.
 	AccessToken string
+	// PublicURL is where the URLs Sandbox.DownloadURL and UploadURL hand
+	// out point, for clients other than this one; empty means BaseURL.
+	// A transport over a unix socket, whose BaseURL only its own dialer
+	// knows, sets it to the daemon's TCP address.
+	PublicURL string
 }
 
 // CreateRequest describes a sandbox to create.

@@ -47,7 +47,7 @@ func (s *Sandbox) fileURL(path, op string, opts URLOptions, now time.Time) (stri
 		if opts.Expires != 0 {
 			return "", fmt.Errorf("%s URL of %q: %w: expiring URLs need a sandbox with an access token", op, path, errdefs.ErrInvalidArgument)
 		}
-		return s.conn.filesURL(q), nil
+		return s.conn.publicFilesURL(q), nil
 	}
 	var expiration int64
 	if opts.Expires > 0 {
@@ -55,7 +55,7 @@ func (s *Sandbox) fileURL(path, op string, opts URLOptions, now time.Time) (stri
 		q.Set("signature_expiration", strconv.FormatInt(expiration, 10))
 	}
 	q.Set("signature", fileSignature(path, op, opts.User, s.conn.token, expiration))
-	return s.conn.filesURL(q), nil
+	return s.conn.publicFilesURL(q), nil
 }
 
 // fileSignature signs a /files URL as envd checks it:

@@ -31,6 +31,7 @@ import (
 	"github.com/lightbearco/tupper/auth"
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
+	"github.com/lightbearco/tupper/internal/localsock"
 	"github.com/lightbearco/tupper/template"
 )
 
@@ -154,6 +155,10 @@ func (s *Server) Close() error {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	if _, ok := socketPeerFrom(r.Context()); ok && s.cfg.URL != "" {
+		// Where URLs the client hands to others must point.
+		w.Header().Set(localsock.HeaderPublicURL, s.cfg.URL)
+	}
 	if t, ok := parseSandboxHost(r.Host); ok {
 		s.serveHostRouted(w, r, t)
 		return

@@ -31,6 +31,12 @@ const EnvRoot = "TUPPER_ROOT"
 // scheme starts the API URL of a socket: unix:///run/tupper.sock.
 const scheme = "unix://"
 
+// HeaderPublicURL is the header with which the daemon tells a client on
+// its socket its own TCP URL: where URLs meant for other clients (signed
+// file URLs) must point, since a socket's requests name no address a
+// browser or curl could open.
+const HeaderPublicURL = "Tupper-Url"
+
 // URL returns the API URL that names the socket at path.
 func URL(path string) string { return scheme + path }
 
