@@ -195,18 +195,10 @@ func notFound(name string) error {
 // only reads, but for unpacking an image whose root filesystem is not yet
 // (see Commit).
 func (s *Store) Resolve(ctx context.Context, name string) (*Image, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	idx, err := s.readIndex()
+	img, r, err := s.lookup(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	r, _ := idx.lookup(name)
-	if r == nil {
-		return nil, notFound(name)
-	}
-	img := s.image(idx, r)
 	if s.blobsOnly {
 		return img, nil
 	}
@@ -227,18 +219,24 @@ func (s *Store) Resolve(ctx context.Context, name string) (*Image, error) {
 // exist). A build's cache is looked up so: a cached step's image is
 // unpacked only if a sandbox boots from it.
 func (s *Store) Lookup(ctx context.Context, name string) (*Image, error) {
+	img, _, err := s.lookup(ctx, name)
+	return img, err
+}
+
+// lookup finds the image name means in the index, and its record.
+func (s *Store) lookup(ctx context.Context, name string) (*Image, *record, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	idx, err := s.readIndex()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r, _ := idx.lookup(name)
 	if r == nil {
-		return nil, notFound(name)
+		return nil, nil, notFound(name)
 	}
-	return s.image(idx, r), nil
+	return s.image(idx, r), r, nil
 }
 
 // List returns every image in the store, ordered by first name.
