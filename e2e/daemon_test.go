@@ -111,7 +111,7 @@ func startInterpreterDaemon(t *testing.T, args ...string) *serveDaemon {
 }
 
 // tagTestImage makes sure the shared test store also names image name tag.
-func tagTestImage(t *testing.T, storeRoot, name, tag string) {
+func tagTestImage(t testing.TB, storeRoot, name, tag string) {
 	t.Helper()
 	store, err := image.Open(image.Config{Root: storeRoot})
 	if err != nil {

@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/internal/testutil"
 	"github.com/lightbearco/tupper/sdk"
 )
@@ -176,7 +175,7 @@ func startBenchDaemon(b *testing.B) *serveDaemon {
 	testutil.RequiresRunsc(b)
 	tupper, _ := e2eBinaries(b)
 	storeRoot, name := testutil.TestImage(b)
-	tagBase(b, storeRoot, name)
+	tagTestImage(b, storeRoot, name, "base")
 	root, err := os.MkdirTemp("", "te-")
 	if err != nil {
 		b.Fatal(err)
@@ -226,26 +225,4 @@ func startBenchDaemon(b *testing.B) *serveDaemon {
 		b.Fatal(err)
 	}
 	return d
-}
-
-// tagBase makes sure the test image store also names image name "base".
-func tagBase(b *testing.B, storeRoot, name string) {
-	b.Helper()
-	store, err := image.Open(image.Config{Root: storeRoot})
-	if err != nil {
-		b.Fatalf("open the test image store: %v", err)
-	}
-	defer store.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	want, err := store.Resolve(ctx, name)
-	if err != nil {
-		b.Fatalf("resolve the test image %s: %v", name, err)
-	}
-	if got, err := store.Resolve(ctx, "base"); err == nil && got.ID == want.ID {
-		return
-	}
-	if err := store.Tag(ctx, name, "base"); err != nil {
-		b.Fatalf("tag the test image %s as base: %v", name, err)
-	}
 }
