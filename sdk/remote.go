@@ -153,10 +153,10 @@ type HTTPTransport struct {
 	client     *http.Client // the control plane's
 	dataClient *http.Client // the data plane's
 
-	// viaSocket reports that the data plane is reached through a unix
+	// onSocket reports that the data plane is reached through a unix
 	// socket; publicURL is then the daemon's TCP URL, as its answers
 	// name it (localsock.HeaderPublicURL), for the URLs handed to other clients.
-	viaSocket bool
+	onSocket bool
 
 	mu        sync.Mutex
 	publicURL string
@@ -199,7 +199,7 @@ func NewHTTPTransport(cfg HTTPConfig) (*HTTPTransport, error) {
 		apiKey:     cfg.APIKey,
 		client:     client,
 		dataClient: &data,
-		viaSocket:  isSocket(cfg.SandboxURL),
+		onSocket:   isSocket(cfg.SandboxURL),
 		tokens:     map[string]string{},
 	}, nil
 }
@@ -646,7 +646,7 @@ func (t *HTTPTransport) call(ctx context.Context, method, path string, query url
 		if err != nil {
 			return nil, fromTransport(err)
 		}
-		if u := resp.Header.Get(localsock.HeaderPublicURL); u != "" && t.viaSocket {
+		if u := resp.Header.Get(localsock.HeaderPublicURL); u != "" && t.onSocket {
 			t.mu.Lock()
 			t.publicURL = u
 			t.mu.Unlock()
