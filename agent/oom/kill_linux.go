@@ -45,3 +45,12 @@ func wrapKill(pid int, err error) error {
 		return fmt.Errorf("kill %d: %w", pid, err)
 	}
 }
+
+// killGroup sends SIGKILL to process group pgrp: its members forked after
+// the caller looked die too.
+func killGroup(pgrp int) error {
+	return wrapKill(-pgrp, unix.Kill(-pgrp, unix.SIGKILL))
+}
+
+// getpgrp returns the calling process's process group.
+func getpgrp() int { return unix.Getpgrp() }

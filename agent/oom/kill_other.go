@@ -15,3 +15,10 @@ var errGone = errors.New("process gone")
 func killProcess(string, proc) error {
 	return fmt.Errorf("kill: %w on this OS", errdefs.ErrNotSupported)
 }
+
+// killGroup is unsupported outside Linux.
+func killGroup(int) error {
+	return fmt.Errorf("kill: %w on this OS", errdefs.ErrNotSupported)
+}
+
+func getpgrp() int { return 0 }

@@ -14,6 +14,11 @@
 // for the victim to be gone before it kills again, so one spike costs one
 // process.
 //
+// A second kill in the same process group within escalateWindow takes
+// the whole group: a fork bomb whose children each write hundreds of MiB
+// refills what one kill frees faster than its processes can be killed one
+// at a time, and they would end the whole sandbox.
+//
 // The design, the alternatives and the measurements behind the figures
 // are in docs/design/limits.md.
 package oom
@@ -67,11 +72,23 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// escalateWindow is how soon after a kill a second one in the same
+// process group kills the whole group.
+const escalateWindow = 2 * time.Second
+
 // Watcher is an out-of-memory killer. Run it once.
 type Watcher struct {
 	cfg  Config
 	log  *slog.Logger
 	self int
+	// selfPgrp is the agent's own process group, never killed whole.
+	selfPgrp int
+	// last is the process group and time of the last kill; only Run's
+	// goroutine touches it.
+	last struct {
+		pgrp int
+		at   time.Time
+	}
 }
 
 // New returns a Watcher for cfg.
@@ -82,7 +99,7 @@ func New(cfg Config) *Watcher {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Watcher{cfg: cfg, log: cfg.Logger, self: os.Getpid()}
+	return &Watcher{cfg: cfg, log: cfg.Logger, self: os.Getpid(), selfPgrp: getpgrp()}
 }
 
 // Run watches until ctx ends and returns ctx's error, or an error at once
@@ -145,9 +162,11 @@ func interval(m meminfo) time.Duration {
 	return intervals[len(intervals)-1].interval
 }
 
-// killOne kills the process with the highest score, waits for it to be
-// gone and reports whether it killed one, and the resident memory it had.
-// It logs and returns false when there is none to kill.
+// killOne kills the process with the highest score (with its whole
+// process group when the last kill, a moment ago, was in that group too),
+// waits for it to be gone and reports whether it killed one, and the
+// resident memory it had. It logs and returns false when there is none
+// to kill.
 func (w *Watcher) killOne(ctx context.Context, m meminfo) (int64, bool) {
 	procs, err := scan(w.cfg.Proc, w.self)
 	if err != nil {
@@ -160,6 +179,9 @@ func (w *Watcher) killOne(ctx context.Context, m meminfo) (int64, bool) {
 		return 0, false
 	}
 	reason := fmt.Sprintf("the sandbox's memory limit is %d MiB", m.Total>>20)
+	if w.wholeGroup(v) {
+		return w.killGroup(ctx, m, v, procs, reason)
+	}
 	undo := func() {}
 	if w.cfg.Mark != nil {
 		undo = w.cfg.Mark(v.pid, reason)
@@ -172,10 +194,57 @@ func (w *Watcher) killOne(ctx context.Context, m meminfo) (int64, bool) {
 		w.log.Warn("oom: kill", "pid", v.pid, "err", err)
 		return 0, false
 	}
+	w.last.pgrp, w.last.at = v.pgrp, time.Now()
 	w.log.Warn("out of memory: killed process", "pid", v.pid, "comm", v.comm, "rss_mib", v.rss>>20,
 		"used_mib", (m.Total-m.Available)>>20, "limit_mib", m.Total>>20)
 	w.waitGone(ctx, v)
 	return v.rss, true
+}
+
+// wholeGroup reports whether v's whole process group is to die with it:
+// the last kill, within escalateWindow, was in the same group, and the
+// group is neither the agent's own nor the first process's.
+func (w *Watcher) wholeGroup(v proc) bool {
+	return v.pgrp > 1 && v.pgrp != w.selfPgrp && v.pgrp == w.last.pgrp && time.Since(w.last.at) < escalateWindow
+}
+
+// killGroup kills v's process group, every member marked (those forked
+// after the scan die unmarked with it), and waits for v to be gone.
+func (w *Watcher) killGroup(ctx context.Context, m meminfo, v proc, procs []proc, reason string) (int64, bool) {
+	var undos []func()
+	var rss int64
+	members := 0
+	for _, p := range procs {
+		if p.pgrp != v.pgrp {
+			continue
+		}
+		if p.adj <= -1000 {
+			// A spared process in the group spares the group: kill v alone
+			// by forgetting the last kill.
+			w.last.pgrp = 0
+			return w.killOne(ctx, m)
+		}
+		members++
+		rss += p.rss
+		if w.cfg.Mark != nil {
+			undos = append(undos, w.cfg.Mark(p.pid, reason))
+		}
+	}
+	if err := killGroup(v.pgrp); err != nil {
+		for _, u := range undos {
+			u()
+		}
+		if errors.Is(err, errGone) {
+			return 0, true
+		}
+		w.log.Warn("oom: kill process group", "pgrp", v.pgrp, "err", err)
+		return 0, false
+	}
+	w.last.pgrp, w.last.at = v.pgrp, time.Now()
+	w.log.Warn("out of memory again in one process group: killed the group", "pgrp", v.pgrp, "processes", members,
+		"comm", v.comm, "rss_mib", rss>>20, "used_mib", (m.Total-m.Available)>>20, "limit_mib", m.Total>>20)
+	w.waitGone(ctx, v)
+	return rss, true
 }
 
 // settleTimeout bounds the wait after a kill for the sandbox's figures to

@@ -78,7 +78,7 @@ func TestParseStat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := proc{comm: "we (ird) name", state: 'S', startTime: 777, rss: 300 * pageSize}
+	want := proc{comm: "we (ird) name", state: 'S', pgrp: 42, startTime: 777, rss: 300 * pageSize}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(proc{})); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
@@ -164,7 +164,17 @@ func (p *fakeProc) setMeminfo(t *testing.T, totalMiB, availMiB int64) {
 // start runs a helper holding mib MiB and links it into the procfs.
 func (p *fakeProc) start(t *testing.T, mib int) *exec.Cmd {
 	t.Helper()
+	return p.startIn(t, mib, -1)
+}
+
+// startIn is start with the helper in process group pgid: 0 makes a new
+// group led by the helper, -1 leaves it in the test's.
+func (p *fakeProc) startIn(t *testing.T, mib, pgid int) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	if pgid >= 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
+	}
 	cmd.Env = append(os.Environ(), holdEnv+"="+strconv.Itoa(mib))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -346,5 +356,77 @@ func TestWatcherWaitsForFiguresToCatchUp(t *testing.T) {
 	}
 	if err := small.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Errorf("the small helper was taken while the figures lagged: %v", err)
+	}
+}
+
+// TestWatcherKillsAGroupThatRefills: a second kill in the same process
+// group within escalateWindow takes the whole group (a fork bomb's
+// children refill what one kill frees); a process of another group lives,
+// though it is larger than one of the group's. Killed one at a time, the
+// outsider would go before the group's smallest.
+func TestWatcherKillsAGroupThatRefills(t *testing.T) {
+	p := newFakeProc(t)
+	p.setMeminfo(t, 1024, 900)
+	outsider := p.startIn(t, 16, 0)
+	leader := p.startIn(t, 64, 0)
+	member1 := p.startIn(t, 48, leader.Process.Pid)
+	member2 := p.startIn(t, 2, leader.Process.Pid)
+	var mu sync.Mutex
+	var marked []int
+	w := New(Config{
+		Proc: p.dir,
+		Mark: func(pid int, reason string) func() {
+			mu.Lock()
+			defer mu.Unlock()
+			marked = append(marked, pid)
+			if pid == member2.Process.Pid {
+				// The whole group goes: the sandbox has memory again.
+				p.setMeminfo(t, 1024, 900)
+			}
+			return func() {}
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	stop := runWatcher(t, w)
+	defer stop()
+	// The figures never recover: the group keeps the sandbox out of memory.
+	p.setMeminfo(t, 1024, 8)
+	for _, c := range []*exec.Cmd{leader, member1, member2} {
+		waited := make(chan error, 1)
+		go func() { waited <- c.Wait() }()
+		select {
+		case <-waited:
+			ws, _ := c.ProcessState.Sys().(syscall.WaitStatus)
+			if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+				t.Errorf("pid %d ended with %v, want SIGKILL", c.Process.Pid, c.ProcessState)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("pid %d of the group was not killed within 10s", c.Process.Pid)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	got := append([]int(nil), marked...)
+	mu.Unlock()
+	// The leader alone first, then the group: both members marked.
+	if len(got) < 3 || got[0] != leader.Process.Pid {
+		t.Errorf("marked %v, want the leader %d first, then the group", got, leader.Process.Pid)
+	}
+	for _, c := range []*exec.Cmd{member1, member2} {
+		found := false
+		for _, pid := range got {
+			found = found || pid == c.Process.Pid
+		}
+		if !found {
+			t.Errorf("member %d was not marked: %v", c.Process.Pid, got)
+		}
+	}
+	for _, pid := range got {
+		if pid == outsider.Process.Pid {
+			t.Errorf("the process of another group was killed: marked %v", got)
+		}
+	}
+	if q, err := readProc("/proc", outsider.Process.Pid); err != nil || q.state == 'Z' {
+		t.Errorf("the process of another group is gone: %v %c", err, q.state)
 	}
 }

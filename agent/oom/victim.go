@@ -17,6 +17,7 @@ type proc struct {
 	pid       int
 	comm      string
 	state     byte
+	pgrp      int    // process group
 	startTime uint64 // clock ticks since boot: tells a process from a later one with its pid
 	rss       int64  // bytes
 	adj       int    // oom_score_adj, -1000..1000
@@ -75,12 +76,18 @@ func parseStat(b []byte) (proc, error) {
 	}
 	var p proc
 	p.comm = string(b[open+1 : close])
-	// Fields from 3 (state) on; starttime is field 22, rss field 24.
+	// Fields from 3 (state) on; pgrp is field 5, starttime field 22,
+	// rss field 24.
 	f := bytes.Fields(b[close+1:])
 	if len(f) < 22 {
 		return proc{}, fmt.Errorf("%d fields after comm, want 22 or more", len(f))
 	}
 	p.state = f[0][0]
+	pg, err := strconv.Atoi(string(f[5-3]))
+	if err != nil {
+		return proc{}, fmt.Errorf("pgrp: %w", err)
+	}
+	p.pgrp = pg
 	st, err := strconv.ParseUint(string(f[22-3]), 10, 64)
 	if err != nil {
 		return proc{}, fmt.Errorf("starttime: %w", err)
