@@ -58,30 +58,34 @@ func (c *Config) validateAdmission() error {
 }
 
 // DefaultMaxSandboxes is the cap on live sandboxes when Config names none:
-// one per 128 MiB of the host's memory (an idle sandbox's runsc, sentry,
-// gofer and agent were measured at about 70 MB resident, shared pages
-// counted in each; the rest is for what its programs use), and few enough
-// that their host tasks stay well within the kernel's pid_max. It is at
-// least 16.
+// what the host can hold idle, one per 64 MiB of its memory (an idle
+// gVisor sandbox was measured at about 19 MiB of host memory, its memory
+// cgroup's use; the rest is for what its programs use), and few enough
+// that their host tasks stay within half of the kernel's task capacity.
+// Which of them may start beyond that is the backend's to judge by what
+// the others use (gVisor's host budget answers 429 when the host is full).
+// It is at least 16.
 func DefaultMaxSandboxes() int {
 	byMemory := 1 << 20 // no limit known
 	if kb, ok := memTotalKB(); ok {
-		byMemory = int(kb / (128 << 10))
+		byMemory = int(kb / (64 << 10))
 	}
-	byPids := 1 << 20
-	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			// Half of the ids for sandboxes, at hostTasksPerSandbox each.
-			byPids = n / 2 / hostTasksPerSandbox
+	byTasks := 1 << 20
+	for _, f := range []string{"/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"} {
+		if b, err := os.ReadFile(f); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				// Half of the tasks for sandboxes, at hostTasksPerSandbox each.
+				byTasks = min(byTasks, n/2/hostTasksPerSandbox)
+			}
 		}
 	}
-	return max(16, min(byMemory, byPids))
+	return max(16, min(byMemory, byTasks))
 }
 
-// hostTasksPerSandbox is what a gVisor sandbox takes of the host's process
-// ids (its sentry's threads, the gofer's, runsc's, the stubs of its
-// processes): an idle one was measured at about 20 on the development
-// machines; four times that leaves room for work.
+// hostTasksPerSandbox is what a gVisor sandbox takes of the host's tasks
+// (its sentry's threads, the gofer's, runsc's, the stubs of its
+// processes): an idle one was measured at about 28; this leaves room for
+// work.
 const hostTasksPerSandbox = 80
 
 // memTotalKB reads MemTotal from /proc/meminfo.

@@ -59,6 +59,11 @@ const (
 	DefaultPids         = 1024
 	DefaultDiskBytes    = 10 << 30
 	DefaultSharedRoot   = "/run/tupper/runsc-shared"
+	// DefaultOvercommit lets the sandboxes' limits add up to 32 times
+	// what the host spares them: an idle sandbox uses about 19 MiB and 28
+	// host tasks of its 1 GiB and 5,632 (measured), and the parent
+	// cgroup holds the host's reserve whatever they do.
+	DefaultOvercommit = 32
 	// FallbackRunscPath is where runsc is looked for last.
 	FallbackRunscPath = "/usr/local/bin/runsc"
 	// RunscEnv names the environment variable that points at runsc.
@@ -111,11 +116,26 @@ type Config struct {
 	DefaultPids        int64
 	DefaultDiskBytes   int64
 	// HostPids is how many host tasks all the sandboxes under
-	// CgroupParent may hold together; a Start that would pass it fails
-	// with errdefs.ErrResourceExhausted. Zero means all the host spares:
-	// the smaller of kernel.pid_max and kernel.threads-max, less a quarter
-	// (at least 4096) kept for the host. It may not be above that.
+	// CgroupParent may hold together (the parent cgroup's pids.max). Zero
+	// means all the host spares: the smaller of kernel.pid_max and
+	// kernel.threads-max less ReserveTasks. It may not be above that.
 	HostPids int64
+	// HostMemory is how much memory all the sandboxes under CgroupParent
+	// may use together (the parent cgroup's memory limit). Zero means
+	// the host's memory less ReserveMemory. It may not be above that.
+	HostMemory int64
+	// ReserveTasks and ReserveMemory are what the host keeps for itself,
+	// its services and the daemon: zero means a quarter of the host's
+	// task capacity (at least 4096), and 1 GiB or 1/16 of its memory,
+	// whichever is more.
+	ReserveTasks  int64
+	ReserveMemory int64
+	// Overcommit bounds how far the sandboxes' own limits, added up, may
+	// exceed what the host spares them (HostPids and HostMemory): a
+	// Start is refused past Overcommit times either. Limits are not
+	// reservations; admission counts what sandboxes use (see
+	// hostlimits_linux.go). Zero means DefaultOvercommit.
+	Overcommit float64
 }
 
 var (
@@ -144,7 +164,8 @@ func (c *Config) Validate() error {
 	if c.CgroupParent != "" && !oci.ValidCgroupParent(c.CgroupParent) {
 		errs = append(errs, fmt.Errorf("CgroupParent %q must be a relative cgroup path", c.CgroupParent))
 	}
-	if c.DefaultCPUs < 0 || c.DefaultMemoryBytes < 0 || c.DefaultPids < 0 || c.DefaultDiskBytes < 0 || c.HostPids < 0 {
+	if c.DefaultCPUs < 0 || c.DefaultMemoryBytes < 0 || c.DefaultPids < 0 || c.DefaultDiskBytes < 0 || c.HostPids < 0 ||
+		c.HostMemory < 0 || c.ReserveTasks < 0 || c.ReserveMemory < 0 || c.Overcommit < 0 {
 		errs = append(errs, errors.New("default resources must not be negative"))
 	}
 	if c.Network.Dir != "" || filepath.IsAbs(c.Root) {
@@ -182,6 +203,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DefaultDiskBytes == 0 {
 		c.DefaultDiskBytes = DefaultDiskBytes
+	}
+	if c.Overcommit == 0 {
+		c.Overcommit = DefaultOvercommit
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -47,7 +47,7 @@ type Backend struct {
 	*oci.Runtime
 	cfg       Config
 	limitSwap bool
-	pids      *pidBudget
+	budget    *hostBudget
 	// foreign finds the runsc commands an earlier process left running.
 	foreign foreignRunsc
 }
@@ -76,7 +76,7 @@ func New(cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
 	}
-	pids, err := newPidBudget(cfg)
+	budget, err := newHostBudget(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func New(cfg Config) (*Backend, error) {
 		flags = append(flags, "--debug-log="+debugDir+"/")
 	}
 	flags = append(flags, cfg.RunscFlags...)
-	b := &Backend{cfg: cfg, limitSwap: oci.SwapLimitable(), pids: pids, foreign: foreignRunsc{since: time.Now()}}
+	b := &Backend{cfg: cfg, limitSwap: oci.SwapLimitable(), budget: budget, foreign: foreignRunsc{since: time.Now()}}
 	b.Runtime = &oci.Runtime{
 		Name: "runsc",
 		Cmd: &runc.Runc{
@@ -162,11 +162,11 @@ func (b *Backend) boot(ctx context.Context, spec *backend.Spec, image string) (_
 	}
 	bt.Step("claim")
 
-	// Admission: the host tasks this sandbox may hold must fit beside
-	// every other sandbox's. The reservation bridges the time until
-	// runsc makes the cgroup, which then carries it.
+	// Admission: the host must have room for this sandbox beside what
+	// the others use (see hostBudget). The reservation bridges the time
+	// until runsc makes the cgroup, which then carries it.
 	lim := resolveLimits(&b.cfg, spec.Resources)
-	release, err := b.pids.reserve(cgPath, lim.hostPids())
+	release, err := b.budget.reserve(cgPath, lim.hostPids(), lim.hostMemory())
 	if err != nil {
 		return nil, bt.Fail(err)
 	}
@@ -192,8 +192,8 @@ func (b *Backend) boot(ctx context.Context, spec *backend.Spec, image string) (_
 		if err := setHostMemory(cgPath, lim.hostMemory()); err != nil {
 			return err
 		}
-		if err := b.pids.limitParent(); err != nil {
-			bt.Log.Warn("cannot cap the host tasks of all sandboxes together", "err", err)
+		if err := b.budget.limitParent(); err != nil {
+			bt.Log.Warn("cannot cap the host tasks and memory of all sandboxes together", "err", err)
 		}
 		return nil
 	}

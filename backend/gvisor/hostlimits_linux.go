@@ -88,52 +88,115 @@ func hostTaskCapacity() (int64, string, error) {
 	return out, name, nil
 }
 
-// hostPidBudget is how many host tasks all sandboxes together may hold:
-// the host's task capacity less a quarter of it (at least 4096) kept for
-// the host's own processes, the daemon's and the shell an operator needs
-// to log in.
-func hostPidBudget(capacity int64) int64 {
-	return capacity - max(capacity/4, 4096)
-}
+// defaultReserveTasks is what the host keeps of its task capacity when
+// the config names nothing: a quarter, at least 4096, for the host's own
+// processes, the daemon's and the shell an operator needs to log in.
+func defaultReserveTasks(capacity int64) int64 { return max(capacity/4, 4096) }
 
-// pidBudget admits sandboxes while the host tasks they may hold, all
-// together, stay within the host's budget. What a sandbox may hold is
-// its host cgroup's pids.max (hostPids), which the kernel enforces; so
-// the sum of those over every sandbox under the cgroup parent, whichever
-// daemon started it, must stay within the budget, and then no sandbox can
-// take the tasks of another or of the host. The ledger is the cgroups
-// themselves, read under a host-wide lock, plus a reservation file for
-// each create between the check and the moment runsc makes its cgroup.
+// defaultReserveMemory is what the host keeps of its memory when the
+// config names nothing: 1 GiB or a sixteenth, whichever is more.
+func defaultReserveMemory(total int64) int64 { return max(1<<30, total/16) }
+
+// What admission counts for a sandbox that is starting and not yet
+// measured: a little over twice an idle sandbox's measured use (about
+// 28 host tasks and 19 MiB; see BENCHMARKS.md).
+const (
+	startTasks  = 64
+	startMemory = 48 << 20
+)
+
+// hostBudget admits sandboxes by what the host can still give them, and
+// holds the host's reserve whatever they do. All sandboxes live under one
+// parent cgroup whose pids.max and memory limit are what the host spares
+// them (its capacity less the reserve): the kernel enforces that, so no
+// sandbox, nor all of them together, can take the daemon's or the host's
+// share. Each sandbox keeps its own limits under the parent.
 //
-// The parent cgroup's own pids.max is set to the host's budget too: the
-// kernel's backstop, should the ledger ever be wrong.
-type pidBudget struct {
-	dir    string // <SharedRoot>/pid-budget: the lock and the reservations
-	parent string // the cgroup parent, "/tupper"
-	total  int64  // the budget this backend admits against
-	host   int64  // the budget derived from the kernel, for the parent's pids.max
-	// raise says what lifts total: the kernel's sysctl that bounds it,
-	// or the backend's option when that is lower.
-	raise string
+// A Start is admitted while, counting what the sandboxes under the parent
+// use now (its pids.current, and its memory less the page cache the kernel
+// reclaims) and the creates in flight:
+//   - the new sandbox's start (startTasks, startMemory) and a whole
+//     sandbox's burst to its own limits still fit within the parent's, so
+//     that any one sandbox can always reach its limits;
+//   - the sandboxes' own host limits, added up, stay within overcommit
+//     times the parent's.
+//
+// The ledger is the cgroups themselves, read under a host-wide lock, plus
+// a reservation file for each create between the check and the moment
+// runsc makes its cgroup; several daemons on one host share it.
+type hostBudget struct {
+	dir        string // <SharedRoot>/pid-budget: the lock and the reservations
+	parent     string // the cgroup parent, "/tupper"
+	tasks      int64  // host tasks the sandboxes may hold together
+	memory     int64  // host memory they may use together
+	overcommit float64
+	// raiseTasks and raiseMemory say what lifts each budget.
+	raiseTasks, raiseMemory string
 }
 
-// newPidBudget returns cfg's budget: cfg.HostPids, or all the host
-// spares (hostPidBudget) when it is zero. A HostPids above that fails
-// with errdefs.ErrInvalidArgument.
-func newPidBudget(cfg Config) (*pidBudget, error) {
+// newHostBudget returns cfg's budget (see Config.HostPids and HostMemory).
+// A budget above what the host spares fails with
+// errdefs.ErrInvalidArgument.
+func newHostBudget(cfg Config) (*hostBudget, error) {
 	capacity, sysctl, err := hostTaskCapacity()
 	if err != nil {
 		return nil, fmt.Errorf("gvisor: host task capacity: %w", err)
 	}
-	b := &pidBudget{dir: filepath.Join(cfg.SharedRoot, "pid-budget"), parent: cfg.CgroupParent, host: hostPidBudget(capacity)}
-	b.total, b.raise = b.host, "raise "+sysctl+" (sysctl -w; the lower of pid_max and threads-max binds)"
+	b := &hostBudget{dir: filepath.Join(cfg.SharedRoot, "pid-budget"), parent: cfg.CgroupParent, overcommit: cfg.Overcommit}
+	reserve := cfg.ReserveTasks
+	if reserve == 0 {
+		reserve = defaultReserveTasks(capacity)
+	}
+	spare := capacity - reserve
+	if spare <= 0 {
+		return nil, fmt.Errorf("gvisor config: the host keeps %d tasks (ReserveTasks) of its %d (%s): none left for sandboxes: %w", reserve, capacity, sysctl, errdefs.ErrInvalidArgument)
+	}
+	b.tasks, b.raiseTasks = spare, "raise "+sysctl+" (sysctl -w; the lower of pid_max and threads-max binds) or lower --host-reserve-tasks"
 	if cfg.HostPids > 0 {
-		if cfg.HostPids > b.host {
-			return nil, fmt.Errorf("gvisor config: HostPids %d is above the %d host tasks this host spares for sandboxes: %w", cfg.HostPids, b.host, errdefs.ErrInvalidArgument)
+		if cfg.HostPids > spare {
+			return nil, fmt.Errorf("gvisor config: HostPids %d is above the %d host tasks this host spares for sandboxes: %w", cfg.HostPids, spare, errdefs.ErrInvalidArgument)
 		}
-		b.total, b.raise = cfg.HostPids, "raise the backend's HostPids option"
+		b.tasks, b.raiseTasks = cfg.HostPids, "raise the backend's HostPids option"
+	}
+	kb, ok := memTotalKB()
+	if !ok {
+		return nil, errors.New("gvisor: host memory: no MemTotal in /proc/meminfo")
+	}
+	total := kb << 10
+	reserveMem := cfg.ReserveMemory
+	if reserveMem == 0 {
+		reserveMem = defaultReserveMemory(total)
+	}
+	spareMem := total - reserveMem
+	if spareMem <= 0 {
+		return nil, fmt.Errorf("gvisor config: the host keeps %d MiB (ReserveMemory) of its %d MiB: none left for sandboxes: %w", reserveMem>>20, total>>20, errdefs.ErrInvalidArgument)
+	}
+	// Page-aligned: the kernel rounds a memory limit down to pages.
+	b.memory, b.raiseMemory = spareMem&^4095, "add memory or lower --host-reserve-memory"
+	if cfg.HostMemory > 0 {
+		if cfg.HostMemory > spareMem {
+			return nil, fmt.Errorf("gvisor config: HostMemory %d MiB is above the %d MiB this host spares for sandboxes: %w", cfg.HostMemory>>20, spareMem>>20, errdefs.ErrInvalidArgument)
+		}
+		b.memory, b.raiseMemory = cfg.HostMemory&^4095, "raise the backend's HostMemory option"
 	}
 	return b, nil
+}
+
+// memTotalKB reads MemTotal from /proc/meminfo.
+func memTotalKB() (int64, bool) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				n, err := strconv.ParseInt(f[0], 10, 64)
+				return n, err == nil
+			}
+		}
+	}
+	return 0, false
 }
 
 // reservationGrace is how long a reservation without its cgroup counts:
@@ -141,76 +204,106 @@ func newPidBudget(cfg Config) (*pidBudget, error) {
 // midway, and is removed.
 const reservationGrace = 2 * time.Minute
 
+// reservation is a create in flight: its cgroup, and the host limits it
+// will get.
 type reservation struct {
 	Cgroup string `json:"cgroup"`
 	Pids   int64  `json:"pids"`
+	Memory int64  `json:"memory,omitempty"`
 }
 
-// reserve admits a sandbox of cgroup rel that may hold pids host tasks,
-// or fails with errdefs.ErrResourceExhausted. The caller calls release
-// once runsc has made the cgroup (which then carries the reservation) or
-// the create failed.
-func (b *pidBudget) reserve(rel string, pids int64) (release func(), err error) {
+// reserve admits a sandbox of cgroup rel whose host limits are pids tasks
+// and memory bytes, or fails with errdefs.ErrResourceExhausted naming the
+// budget that binds and what lifts it. The caller calls release once
+// runsc has made the cgroup (which then carries the reservation) or the
+// create failed.
+func (b *hostBudget) reserve(rel string, pids, memory int64) (release func(), err error) {
 	if err := os.MkdirAll(b.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("pid budget: %w", err)
+		return nil, fmt.Errorf("host budget: %w", err)
 	}
 	unlock, err := lockFile(filepath.Join(b.dir, ".lock"))
 	if err != nil {
-		return nil, fmt.Errorf("pid budget: %w", err)
+		return nil, fmt.Errorf("host budget: %w", err)
 	}
 	defer unlock()
-	used, err := b.used()
+	u, err := b.use()
 	if err != nil {
-		return nil, fmt.Errorf("pid budget: %w", err)
+		return nil, fmt.Errorf("host budget: %w", err)
 	}
-	if used+pids > b.total {
-		return nil, fmt.Errorf("host process budget: the running sandboxes may hold %d host tasks and this one %d more, above the %d this host spares for sandboxes "+
+	tasksBound, memBound := int64(b.overcommit*float64(b.tasks)), int64(b.overcommit*float64(b.memory))
+	switch {
+	case u.tasks+startTasks+pids > b.tasks:
+		return nil, fmt.Errorf("host process budget: the sandboxes hold %d host tasks and this one may reach %d, above the %d this host spares for sandboxes "+
 			"(kernel.pid_max and kernel.threads-max less what the host keeps); stop sandboxes, ask for fewer pids (tupper serve --pids), or %s: %w",
-			used, pids, b.total, b.raise, errdefs.ErrResourceExhausted)
+			u.tasks, pids, b.tasks, b.raiseTasks, errdefs.ErrResourceExhausted)
+	case u.memory+startMemory+memory > b.memory:
+		return nil, fmt.Errorf("host memory budget: the sandboxes use %d MiB and this one may reach %d MiB, above the %d MiB this host spares for sandboxes; "+
+			"stop sandboxes, ask for less memory (tupper serve --memory), or %s: %w",
+			u.memory>>20, memory>>20, b.memory>>20, b.raiseMemory, errdefs.ErrResourceExhausted)
+	case u.tasksLimits+pids > tasksBound:
+		return nil, fmt.Errorf("host process budget: the sandboxes' host task limits add up to %d, and this one's %d would pass %g times the %d this host spares "+
+			"(tupper serve --overcommit); stop sandboxes, ask for fewer pids (tupper serve --pids), or raise --overcommit: %w",
+			u.tasksLimits, pids, b.overcommit, b.tasks, errdefs.ErrResourceExhausted)
+	case u.memoryLimits+memory > memBound:
+		return nil, fmt.Errorf("host memory budget: the sandboxes' host memory limits add up to %d MiB, and this one's %d MiB would pass %g times the %d MiB this host spares "+
+			"(tupper serve --overcommit); stop sandboxes, ask for less memory (tupper serve --memory), or raise --overcommit: %w",
+			u.memoryLimits>>20, memory>>20, b.overcommit, b.memory>>20, errdefs.ErrResourceExhausted)
 	}
 	file := filepath.Join(b.dir, url.PathEscape(rel)+".json")
-	data, _ := json.Marshal(reservation{Cgroup: rel, Pids: pids})
+	data, _ := json.Marshal(reservation{Cgroup: rel, Pids: pids, Memory: memory})
 	if err := os.WriteFile(file, data, 0o600); err != nil {
-		return nil, fmt.Errorf("pid budget: %w", err)
+		return nil, fmt.Errorf("host budget: %w", err)
 	}
 	return func() { os.Remove(file) }, nil
 }
 
-// used sums what the sandboxes under the parent may hold: each cgroup's
-// pids.max (its pids.current where it has no limit), and each fresh
+// hostUse is what the sandboxes under the parent use and may use.
+type hostUse struct {
+	tasks, memory             int64 // in use now, creates in flight counted at their start
+	tasksLimits, memoryLimits int64 // their host limits, added up
+}
+
+// use reads the sandboxes' use: each cgroup's pids.current and pids.max,
+// its memory less its page cache and its memory limit, and each fresh
 // reservation whose cgroup runsc has not made yet. Stale reservations are
 // removed.
-func (b *pidBudget) used() (int64, error) {
-	root, err := pidsHierarchy()
+func (b *hostBudget) use() (hostUse, error) {
+	var u hostUse
+	pidsRoot, err := controllerHierarchy("pids")
 	if err != nil {
-		return 0, err
+		return u, err
 	}
-	var used int64
+	memRoot, memErr := controllerHierarchy("memory")
 	seen := map[string]bool{}
-	entries, err := os.ReadDir(filepath.Join(root, b.parent))
+	entries, err := os.ReadDir(filepath.Join(pidsRoot, b.parent))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return 0, err
+		return u, err
 	}
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
 		}
-		d := filepath.Join(root, b.parent, e.Name())
-		n, err := readPids(d, "pids.max")
+		d := filepath.Join(pidsRoot, b.parent, e.Name())
+		cur, err := readPids(d, "pids.current")
 		if err != nil {
 			continue // gone meanwhile
 		}
-		if n < 0 {
-			if n, err = readPids(d, "pids.current"); err != nil {
-				continue
-			}
+		limit, err := readPids(d, "pids.max")
+		if err != nil || limit < 0 {
+			limit = cur
 		}
-		used += n
+		u.tasks += cur
+		u.tasksLimits += limit
+		if memErr == nil {
+			md := filepath.Join(memRoot, b.parent, e.Name())
+			u.memory += workingSet(md)
+			u.memoryLimits += memoryLimit(md)
+		}
 		seen[filepath.Join("/", b.parent, e.Name())] = true
 	}
 	files, err := filepath.Glob(filepath.Join(b.dir, "*.json"))
 	if err != nil {
-		return 0, err
+		return u, err
 	}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -228,29 +321,77 @@ func (b *pidBudget) used() (int64, error) {
 		case err != nil || serr != nil || time.Since(fi.ModTime()) > reservationGrace:
 			os.Remove(f)
 		default:
-			used += r.Pids
+			u.tasks += startTasks
+			u.memory += startMemory
+			u.tasksLimits += r.Pids
+			u.memoryLimits += r.Memory
 		}
 	}
-	return used, nil
+	return u, nil
 }
 
-// limitParent sets the parent cgroup's pids.max to the host's budget, on
-// the pids hierarchy of v1 or the unified one of v2, where the parent
-// exists. The kernel then keeps the host's share whatever the sandboxes
-// under it do.
-func (b *pidBudget) limitParent() error {
-	root, err := pidsHierarchy()
+// workingSet is what the memory cgroup at dir uses less the page cache
+// the kernel can reclaim (what kubelet calls the working set); 0 for a
+// cgroup gone meanwhile.
+func workingSet(dir string) int64 {
+	u, err := readPids(dir, "memory.usage_in_bytes")
 	if err != nil {
-		return err
+		if u, err = readPids(dir, "memory.current"); err != nil {
+			return 0
+		}
 	}
-	f := filepath.Join(root, b.parent, "pids.max")
-	if !exists(f) {
-		return nil
+	data, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
+	if err != nil {
+		return u
 	}
-	return os.WriteFile(f, []byte(strconv.FormatInt(b.host, 10)), 0)
+	for line := range strings.Lines(string(data)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if k == "active_file" || k == "inactive_file" {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			u -= n
+		}
+	}
+	return max(u, 0)
 }
 
-// readPids reads a pids.max or pids.current file; "max" is -1.
+// memoryLimit is the memory cgroup at dir's limit, 0 when it has none.
+func memoryLimit(dir string) int64 {
+	for _, f := range []string{"memory.limit_in_bytes", "memory.max"} {
+		if n, err := readPids(dir, f); err == nil {
+			if n < 0 || n >= 1<<62 {
+				return 0 // "max", or v1's page-rounded "unlimited"
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// limitParent sets the parent cgroup's pids.max and memory limit to the
+// budget, on v1's hierarchies or the unified one of v2, where the parent
+// exists. The kernel then keeps the host's reserve whatever the sandboxes
+// under it do. A memory limit the parent's use is above already is left
+// for the next start to set.
+func (b *hostBudget) limitParent() error {
+	var errs []error
+	if root, err := controllerHierarchy("pids"); err == nil {
+		if f := filepath.Join(root, b.parent, "pids.max"); exists(f) {
+			errs = append(errs, os.WriteFile(f, []byte(strconv.FormatInt(b.tasks, 10)), 0))
+		}
+	}
+	if root, err := controllerHierarchy("memory"); err == nil {
+		for _, name := range []string{"memory.limit_in_bytes", "memory.max"} {
+			if f := filepath.Join(root, b.parent, name); exists(f) {
+				errs = append(errs, os.WriteFile(f, []byte(strconv.FormatInt(b.memory, 10)), 0))
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// readPids reads a cgroup file of one number (pids.max, pids.current,
+// memory.usage_in_bytes...); "max" is -1.
 func readPids(dir, name string) (int64, error) {
 	b, err := os.ReadFile(filepath.Join(dir, name))
 	if err != nil {
@@ -263,9 +404,9 @@ func readPids(dir, name string) (int64, error) {
 	return strconv.ParseInt(s, 10, 64)
 }
 
-// pidsHierarchy returns the mount point of the cgroup hierarchy that has
-// the pids controller: v1's pids hierarchy, else the unified v2 one.
-func pidsHierarchy() (string, error) {
+// controllerHierarchy returns the mount point of the cgroup hierarchy that
+// has controller name: v1's hierarchy of it, else the unified v2 one.
+func controllerHierarchy(name string) (string, error) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return "", err
@@ -281,7 +422,7 @@ func pidsHierarchy() (string, error) {
 		mountPoint := oci.UnescapeMountPath(fields[4])
 		switch fields[sep+1] {
 		case "cgroup":
-			if slices.Contains(strings.Split(fields[sep+3], ","), "pids") {
+			if slices.Contains(strings.Split(fields[sep+3], ","), name) {
 				return mountPoint, nil
 			}
 		case "cgroup2":
@@ -293,7 +434,7 @@ func pidsHierarchy() (string, error) {
 	if unified != "" {
 		return unified, nil
 	}
-	return "", errors.New("no cgroup hierarchy with the pids controller is mounted")
+	return "", fmt.Errorf("no cgroup hierarchy with the %s controller is mounted", name)
 }
 
 // lockFile takes an exclusive flock on path, made if missing.

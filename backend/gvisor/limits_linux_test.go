@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -80,13 +81,19 @@ func TestLimitsInsideAndOnTheHost(t *testing.T) {
 		if got := hostCgroupValue(t, b, id, "pids.max"); got != strconv.FormatInt(lim.hostPids(), 10) {
 			t.Errorf("host pids.max = %s, want %d", got, lim.hostPids())
 		}
-		root, err := pidsHierarchy()
+		root, err := controllerHierarchy("pids")
 		if err != nil {
 			t.Fatal(err)
 		}
 		parent, err := readPids(filepath.Join(root, b.cfg.CgroupParent), "pids.max")
-		if err != nil || parent < 0 || parent > b.pids.host {
-			t.Errorf("parent pids.max = %d, %v; want the host's budget %d", parent, err, b.pids.host)
+		if err != nil || parent != b.budget.tasks {
+			t.Errorf("parent pids.max = %d, %v; want the host's budget %d", parent, err, b.budget.tasks)
+		}
+		if root, err = controllerHierarchy("memory"); err != nil {
+			t.Fatal(err)
+		}
+		if got := memoryLimit(filepath.Join(root, b.cfg.CgroupParent)); got != b.budget.memory {
+			t.Errorf("parent memory limit = %d, want the host's budget %d", got, b.budget.memory)
 		}
 	})
 }
@@ -106,15 +113,19 @@ func testCgroupParent(t *testing.T) string {
 	return parent
 }
 
-// Sandboxes are admitted while their host task limits fit in the budget
-// together; one more is refused with a clear error and leaves nothing.
-func TestPidBudget(t *testing.T) {
+// Admission counts what sandboxes use, not their limits: with room for
+// one sandbox's burst and little more, idle sandboxes are admitted, one
+// holding many host tasks keeps the next out with an error naming the
+// budget, and room comes back when it stops. A refused start leaves
+// nothing.
+func TestHostBudgetCountsUse(t *testing.T) {
 	parent := testCgroupParent(t)
-	const pids = 64
+	const pids = 256
 	per := limits{Pids: pids}.hostPids()
 	b := newTestBackend(t, func(c *Config) {
 		c.CgroupParent = parent
-		c.HostPids = 2*per + per/2 // room for two sandboxes, not three
+		// One sandbox's burst, three starts, and 200 tasks to spare.
+		c.HostPids = per + 3*startTasks + 200
 	})
 	ctx := context.Background()
 	spec := func(name string) *backend.Spec {
@@ -122,14 +133,16 @@ func TestPidBudget(t *testing.T) {
 		s.Resources.Pids = pids
 		return s
 	}
-
 	first := startSandbox(t, b, spec("b1"))
 	startSandbox(t, b, spec("b2"))
 
+	// 150 sleeping processes hold about 300 host tasks (a stub process and
+	// thread each): past the 200 to spare with the next start.
+	mustRun(t, first.AgentAddr, `for i in $(seq 150); do setsid sleep 600 </dev/null >/dev/null 2>&1 & done; echo started`)
 	third := spec("b3")
 	_, err := b.Start(ctx, third)
 	if !errors.Is(err, errdefs.ErrResourceExhausted) {
-		t.Fatalf("third Start = %v, want ErrResourceExhausted", err)
+		t.Fatalf("Start beside a busy sandbox = %v, want ErrResourceExhausted", err)
 	}
 	for _, want := range []string{"host process budget", "kernel.pid_max", "tupper serve --pids", "HostPids"} {
 		if !strings.Contains(err.Error(), want) {
@@ -137,17 +150,44 @@ func TestPidBudget(t *testing.T) {
 		}
 	}
 	assertNothingLeft(t, b, third.ID)
-
 	// Reservations last only until runsc has made the cgroup.
-	if left, _ := filepath.Glob(filepath.Join(b.pids.dir, "*"+parent+"*")); len(left) != 0 {
+	if left, _ := filepath.Glob(filepath.Join(b.budget.dir, "*"+parent+"*")); len(left) != 0 {
 		t.Errorf("reservations left: %v", left)
 	}
 
-	// Room comes back with a stopped sandbox.
+	// gVisor keeps the host tasks of ended processes (the stubs wait in
+	// a pool for the next): room comes back when the busy sandbox stops.
 	if err := b.Stop(ctx, first.ID); err != nil {
 		t.Fatal(err)
 	}
 	startSandbox(t, b, third)
+}
+
+// The sandboxes' limits may add up to Overcommit times the host's budget
+// and no more.
+func TestHostBudgetOvercommit(t *testing.T) {
+	parent := testCgroupParent(t)
+	const pids = 64
+	per := limits{Pids: pids}.hostPids()
+	b := newTestBackend(t, func(c *Config) {
+		c.CgroupParent = parent
+		c.HostPids = 4 * per
+		c.Overcommit = 1.5 // the limits of six sandboxes fit, not of seven
+	})
+	spec := func(name string) *backend.Spec {
+		s := testSpec(newID(name))
+		s.Resources.Pids = pids
+		return s
+	}
+	for i := range 6 {
+		startSandbox(t, b, spec(fmt.Sprintf("o%d", i)))
+	}
+	seventh := spec("o7")
+	_, err := b.Start(context.Background(), seventh)
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "--overcommit") {
+		t.Fatalf("seventh Start = %v, want ErrResourceExhausted naming --overcommit", err)
+	}
+	assertNothingLeft(t, b, seventh.ID)
 }
 
 // A fork bomb in a sandbox gets EAGAIN at the sandbox's limit, the

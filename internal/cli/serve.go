@@ -52,6 +52,12 @@ type serveOptions struct {
 	cpus   float64
 	memory sizeFlag
 	pids   int64
+	// reserveMemory and reserveTasks are what the host keeps from all
+	// sandboxes together; overcommit bounds their limits added up. They
+	// are the gvisor backend's options.
+	reserveMemory sizeFlag
+	reserveTasks  int64
+	overcommit    float64
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -96,6 +102,9 @@ Go SDK's CreateOptions.Backend. The daemon opens it on first use, under
 	f.Float64Var(&o.cpus, "cpus", 0, "CPUs of each sandbox unless its create or template asks for others (default 1)")
 	f.Var(&o.memory, "memory", "memory of each sandbox unless its create or template asks for other, such as 512M (default 1G)")
 	f.Int64Var(&o.pids, "pids", 0, "tasks (processes and threads) each sandbox may hold (default 1024); on gVisor the host's task budget admits more sandboxes the lower it is")
+	f.Var(&o.reserveMemory, "host-reserve-memory", "memory the host keeps from all sandboxes together, such as 2G: their parent cgroup gets the rest (default 1G or 1/16 of the host's, whichever is more; gvisor)")
+	f.Int64Var(&o.reserveTasks, "host-reserve-tasks", 0, "host tasks the host keeps from all sandboxes together (default a quarter of kernel.pid_max or threads-max, at least 4096; gvisor)")
+	f.Float64Var(&o.overcommit, "overcommit", 0, "how many times what the host spares sandboxes their limits may add up to; admission counts what they use (default 32; gvisor)")
 	f.StringSliceVar(&o.warm, "warm", nil, "keep N sandboxes of TEMPLATE booted ahead of demand (TEMPLATE=N; repeatable): creates of it with default limits, no environment variables and no volumes take one at once")
 	f.Var(&o.warmMemory, "warm-memory", "the most memory all warm sandboxes may be given together, such as 4G (default a quarter of the host's)")
 	f.StringVar(&o.buildEgress, "build-egress", "allow", `egress of template build sandboxes: "allow" (apt, pip and npm installs reach the internet) or "deny"`)
@@ -159,6 +168,9 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 	}
 	backendOpts, err := g.backendOptions()
 	if err != nil {
+		return err
+	}
+	if backendOpts, err = o.hostBudgetOptions(g, backendOpts); err != nil {
 		return err
 	}
 	pools, err := parseWarm(o.warm)
@@ -239,4 +251,33 @@ func parseWarm(flags []string) ([]engine.PoolConfig, error) {
 		out = append(out, engine.PoolConfig{Template: name, Size: size})
 	}
 	return out, nil
+}
+
+// hostBudgetOptions adds --host-reserve-memory, --host-reserve-tasks and
+// --overcommit to opts as the gvisor backend's options, and refuses them
+// for a daemon whose default backend is another.
+func (o *serveOptions) hostBudgetOptions(g *globals, opts map[string]string) (map[string]string, error) {
+	set := map[string]string{}
+	if o.reserveMemory.mb > 0 {
+		set["reserve-memory"] = strconv.FormatInt(int64(o.reserveMemory.mb)<<20, 10)
+	}
+	if o.reserveTasks != 0 {
+		set["reserve-tasks"] = strconv.FormatInt(o.reserveTasks, 10)
+	}
+	if o.overcommit != 0 {
+		set["overcommit"] = strconv.FormatFloat(o.overcommit, 'g', -1, 64)
+	}
+	if len(set) == 0 {
+		return opts, nil
+	}
+	if g.backend != "" && g.backend != "gvisor" {
+		return nil, fmt.Errorf("--host-reserve-memory, --host-reserve-tasks and --overcommit hold the gvisor backend's sandboxes, not %s's: %w", g.backend, errdefs.ErrInvalidArgument)
+	}
+	if opts == nil {
+		opts = map[string]string{}
+	}
+	for k, v := range set {
+		opts[k] = v
+	}
+	return opts, nil
 }
