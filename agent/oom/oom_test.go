@@ -121,7 +121,8 @@ func TestInterval(t *testing.T) {
 		avail int64
 		want  time.Duration
 	}{
-		{total, 100 * time.Millisecond},
+		{total, time.Second},
+		{total * 3 / 5, 100 * time.Millisecond},
 		{total / 3, 50 * time.Millisecond},
 		{total / 5, 20 * time.Millisecond},
 		{total / 20, 5 * time.Millisecond},
