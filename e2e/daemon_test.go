@@ -59,7 +59,7 @@ var serveKeyLine = regexp.MustCompile(`export E2B_API_KEY=(e2b_[0-9a-f]+)`)
 // skips the test where runsc, root or mmdebstrap are missing. Cleanup kills
 // every sandbox the daemon runs, stops it and checks nothing is left on the
 // host.
-func startServeDaemon(t *testing.T, args ...string) *serveDaemon {
+func startServeDaemon(t testing.TB, args ...string) *serveDaemon {
 	t.Helper()
 	testutil.RequiresRunsc(t)
 	// Unix socket paths that runsc makes under the root must stay under
@@ -73,7 +73,7 @@ func startServeDaemon(t *testing.T, args ...string) *serveDaemon {
 
 // startServeDaemonIn is startServeDaemon with root as the daemon's state
 // directory, which the cleanup empties.
-func startServeDaemonIn(t *testing.T, root string, args ...string) *serveDaemon {
+func startServeDaemonIn(t testing.TB, root string, args ...string) *serveDaemon {
 	t.Helper()
 	testutil.RequiresRunsc(t)
 	tupper, _ := e2eBinaries(t)
@@ -92,7 +92,7 @@ func startServeDaemonIn(t *testing.T, root string, args ...string) *serveDaemon 
 // baseTemplate makes sure the shared store of the Debian test image also
 // names it "base", the template the E2B SDKs ask for by default, and
 // returns the store's root.
-func baseTemplate(t *testing.T) string {
+func baseTemplate(t testing.TB) string {
 	t.Helper()
 	storeRoot, name := testutil.TestImage(t)
 	tagTestImage(t, storeRoot, name, "base")
@@ -134,7 +134,7 @@ func tagTestImage(t testing.TB, storeRoot, name, tag string) {
 
 // freeLoopbackAddr returns 127.0.0.1:PORT for a port free right now. The
 // daemon keeps it across restarts, as a real one would.
-func freeLoopbackAddr(t *testing.T) string {
+func freeLoopbackAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -147,7 +147,7 @@ func freeLoopbackAddr(t *testing.T) string {
 // start starts the daemon and waits until it serves; the first start
 // reads the API key from its output. It fails the test if the daemon does
 // not come up.
-func (d *serveDaemon) start(t *testing.T) {
+func (d *serveDaemon) start(t testing.TB) {
 	t.Helper()
 	if err := d.launch(); err != nil {
 		t.Fatal(err)
@@ -233,7 +233,7 @@ func (d *serveDaemon) crash(t *testing.T) {
 
 // stop stops the daemon with SIGTERM and waits for it. Sandboxes keep
 // running.
-func (d *serveDaemon) stop(t *testing.T) {
+func (d *serveDaemon) stop(t testing.TB) {
 	t.Helper()
 	if !d.running() {
 		return
@@ -262,7 +262,7 @@ func (d *serveDaemon) logSince(off int64) string {
 // cleanup kills every sandbox through the API, stops the daemon, shows its
 // log when the test failed, and fails the test if anything of the
 // sandboxes is left on the host.
-func (d *serveDaemon) cleanup(t *testing.T) {
+func (d *serveDaemon) cleanup(t testing.TB) {
 	if !d.running() && d.Key != "" {
 		// Crashed or stopped by the test: start it once more so that it
 		// recovers and kills what is left.
@@ -310,7 +310,7 @@ func (d *serveDaemon) addKey(t *testing.T, args ...string) string {
 
 // sandboxIDs lists the ids of every running or paused sandbox of the key's
 // team.
-func (d *serveDaemon) sandboxIDs(ctx context.Context, t *testing.T) []string {
+func (d *serveDaemon) sandboxIDs(ctx context.Context, t testing.TB) []string {
 	var ids []string
 	next := ""
 	for {

@@ -4,22 +4,23 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lightbearco/tupper/internal/bench"
 	"github.com/lightbearco/tupper/sdk"
 )
 
-// densityRun creates n idle sandboxes through the daemon d in waves of
-// wave concurrent creates, while a client lists the sandboxes every 200 ms;
-// then runs a command in every one and kills them all. It returns the
-// list latencies seen during the creates, and fails the test on any create
-// that did not answer 201, any sandbox that does not answer its command,
-// and any list that fails.
-func densityRun(ctx context.Context, t testing.TB, d *serveDaemon, client *sdk.Client, n, wave int) (lists []time.Duration) {
+// densityCreate creates n idle sandboxes through the daemon d in waves of
+// wave concurrent creates, while a client lists the sandboxes every 200 ms.
+// It returns the sandboxes and the list latencies seen during the creates;
+// a create that does not answer 201 and a list that fails fail the test.
+func densityCreate(ctx context.Context, t testing.TB, d *serveDaemon, client *sdk.Client, n, wave int) (sbs []*sdk.Sandbox, lists []time.Duration) {
 	stopList := make(chan struct{})
 	listed := make(chan []time.Duration, 1)
 	go func() {
@@ -42,10 +43,7 @@ func densityRun(ctx context.Context, t testing.TB, d *serveDaemon, client *sdk.C
 			took = append(took, time.Since(start))
 		}
 	}()
-	var (
-		mu  sync.Mutex
-		sbs []*sdk.Sandbox
-	)
+	var mu sync.Mutex
 	for done := 0; done < n; done += wave {
 		var wg sync.WaitGroup
 		for range min(wave, n-done) {
@@ -53,13 +51,13 @@ func densityRun(ctx context.Context, t testing.TB, d *serveDaemon, client *sdk.C
 			go func() {
 				defer wg.Done()
 				sb, err := client.Create(ctx, sdk.CreateOptions{Timeout: 30 * time.Minute})
+				mu.Lock()
+				defer mu.Unlock()
 				if err != nil {
 					t.Errorf("create %d of %d: %v", len(sbs)+1, n, err)
 					return
 				}
-				mu.Lock()
 				sbs = append(sbs, sb)
-				mu.Unlock()
 			}()
 		}
 		wg.Wait()
@@ -68,12 +66,16 @@ func densityRun(ctx context.Context, t testing.TB, d *serveDaemon, client *sdk.C
 		}
 	}
 	close(stopList)
-	lists = <-listed
-	t.Logf("%d idle sandboxes running", len(sbs))
+	return sbs, <-listed
+}
+
+// densityCheck runs a command in every sandbox of sbs and kills them all;
+// a sandbox that does not answer, or a kill that fails, fails the test.
+func densityCheck(ctx context.Context, t testing.TB, sbs []*sdk.Sandbox) {
 	for i, sb := range sbs {
 		r, err := sb.Commands.Run(ctx, "echo alive "+strconv.Itoa(i))
 		if err != nil || r.Stdout != fmt.Sprintf("alive %d\n", i) {
-			t.Errorf("sandbox %d (%s) after all were created: %+v %v", i, sb.ID(), r, err)
+			t.Errorf("sandbox %d (%s) with all running: %+v %v", i, sb.ID(), r, err)
 		}
 	}
 	for _, sb := range sbs {
@@ -81,7 +83,14 @@ func densityRun(ctx context.Context, t testing.TB, d *serveDaemon, client *sdk.C
 			t.Errorf("kill %s: %v", sb.ID(), err)
 		}
 	}
-	return lists
+}
+
+// percentile returns the p-th percentile of sorted ds.
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return ds[min(len(ds)-1, len(ds)*p/100)]
 }
 
 // TestDensity creates 100 idle base sandboxes through `tupper serve` with
@@ -97,15 +106,97 @@ func TestDensity(t *testing.T) {
 	d := startServeDaemon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	lists := densityRun(ctx, t, d, goClient(t, d), 100, 10)
+	sbs, lists := densityCreate(ctx, t, d, goClient(t, d), 100, 10)
+	t.Logf("%d idle sandboxes running", len(sbs))
+	densityCheck(ctx, t, sbs)
 	if len(lists) == 0 {
 		t.Fatal("no list answered during the creates")
 	}
 	slices.Sort(lists)
 	t.Logf("list during the creates: %d answers, median %v, p95 %v, max %v",
-		len(lists), lists[len(lists)/2], lists[len(lists)*95/100], lists[len(lists)-1])
+		len(lists), percentile(lists, 50), percentile(lists, 95), lists[len(lists)-1])
 	if ids := d.sandboxIDs(ctx, t); len(ids) != 0 {
 		t.Errorf("sandboxes left after the kills: %v", ids)
 	}
 }
 
+// BenchmarkDensity starts TUPPER_DENSITY (default 300) idle base sandboxes
+// through `tupper serve` with its defaults, in waves of 10, and reports
+// with all of them running: host memory (PSS) and host tasks per sandbox,
+// the list latency seen during the creates, and a command's round trip in
+// one of them against the same before its neighbours came, in the same
+// run.
+//
+//	go test -run '^$' -bench Density -benchtime 1x ./e2e/
+func BenchmarkDensity(b *testing.B) {
+	n := 300
+	if v, err := strconv.Atoi(os.Getenv("TUPPER_DENSITY")); err == nil && v > 1 {
+		n = v
+	}
+	d := startServeDaemon(b)
+	ctx := context.Background()
+	client := goClient(b, d)
+	probe, err := client.Create(ctx, sdk.CreateOptions{Timeout: 30 * time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer probe.Kill(ctx)
+	roundTrips := func() time.Duration {
+		var took []time.Duration
+		for range 21 {
+			start := time.Now()
+			if _, err := probe.Commands.Run(ctx, "true"); err != nil {
+				b.Fatal(err)
+			}
+			took = append(took, time.Since(start))
+		}
+		slices.Sort(took)
+		return percentile(took, 50)
+	}
+	alone := roundTrips()
+	aloneMiB := bench.SandboxMemory([]string{probe.ID()})[probe.ID()]
+	b.ResetTimer()
+	for range b.N {
+		sbs, lists := densityCreate(ctx, b, d, client, n-1, 10)
+		beside := roundTrips()
+		ids := []string{probe.ID()}
+		for _, sb := range sbs {
+			ids = append(ids, sb.ID())
+		}
+		var pss []float64
+		for _, mib := range bench.SandboxMemory(ids) {
+			pss = append(pss, mib)
+		}
+		slices.Sort(pss)
+		tasks := parentTasks(b)
+		slices.Sort(lists)
+		b.ReportMetric(float64(len(ids)), "sandboxes")
+		b.ReportMetric(aloneMiB, "MiB-alone")
+		if len(pss) > 0 {
+			b.ReportMetric(pss[len(pss)/2], "MiB/sandbox-p50")
+		}
+		b.ReportMetric(float64(tasks)/float64(len(ids)), "tasks/sandbox")
+		b.ReportMetric(float64(beside)/float64(alone), "roundtrip-ratio")
+		b.ReportMetric(float64(alone.Microseconds())/1000, "roundtrip-alone-ms")
+		b.ReportMetric(float64(percentile(lists, 50).Microseconds())/1000, "list-p50-ms")
+		b.ReportMetric(float64(percentile(lists, 95).Microseconds())/1000, "list-p95-ms")
+		b.StopTimer()
+		densityCheck(ctx, b, sbs)
+		b.StartTimer()
+	}
+}
+
+// parentTasks reads the host tasks of every gVisor sandbox on this host:
+// pids.current of their parent cgroup.
+func parentTasks(t testing.TB) int64 {
+	for _, f := range []string{"/sys/fs/cgroup/pids/tupper/pids.current", "/sys/fs/cgroup/tupper/pids.current"} {
+		if b, err := os.ReadFile(f); err == nil {
+			n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	t.Log("no pids.current for the sandboxes' parent cgroup")
+	return 0
+}

@@ -42,7 +42,7 @@ func scratchRoot(t *testing.T, size int64) string {
 }
 
 // goClient is a Go SDK client of the daemon d, with key.
-func goClient(t *testing.T, d *serveDaemon) *sdk.Client {
+func goClient(t testing.TB, d *serveDaemon) *sdk.Client {
 	t.Helper()
 	tr, err := sdk.NewHTTPTransport(sdk.HTTPConfig{APIURL: d.URL, APIKey: d.Key})
 	if err != nil {
