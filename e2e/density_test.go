@@ -108,6 +108,22 @@ func TestDensity(t *testing.T) {
 	defer cancel()
 	sbs, lists := densityCreate(ctx, t, d, goClient(t, d), 100, 10)
 	t.Logf("%d idle sandboxes running", len(sbs))
+	// Should the host run out of memory, its kernel ends a sandbox before
+	// the daemon (and before the host's services, at 0).
+	if got := oomScoreAdj(t, d.cmd.Process.Pid); got != -900 {
+		t.Errorf("the daemon's oom_score_adj = %d, want -900", got)
+	}
+	if len(sbs) > 0 {
+		procs := readCgroupProcs(t, "/sys/fs/cgroup/pids/tupper/"+sbs[0].ID())
+		if len(procs) == 0 {
+			t.Errorf("no host process in sandbox %s's cgroup", sbs[0].ID())
+		}
+		for _, pid := range procs {
+			if got := oomScoreAdj(t, pid); got != 500 {
+				t.Errorf("host process %d of sandbox %s: oom_score_adj = %d, want 500", pid, sbs[0].ID(), got)
+			}
+		}
+	}
 	densityCheck(ctx, t, sbs)
 	if len(lists) == 0 {
 		t.Fatal("no list answered during the creates")
@@ -199,4 +215,36 @@ func parentTasks(t testing.TB) int64 {
 	}
 	t.Log("no pids.current for the sandboxes' parent cgroup")
 	return 0
+}
+
+// oomScoreAdj reads a process's oom_score_adj.
+func oomScoreAdj(t testing.TB, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// readCgroupProcs lists the processes of the cgroup at dir (v1's pids
+// hierarchy or v2's unified one).
+func readCgroupProcs(t testing.TB, dir string) []int {
+	b, err := os.ReadFile(dir + "/cgroup.procs")
+	if err != nil {
+		b, err = os.ReadFile(strings.Replace(dir, "/pids/", "/", 1) + "/cgroup.procs")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
 }

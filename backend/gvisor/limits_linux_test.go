@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -222,5 +223,66 @@ sleep 8; n=$(ls -d /proc/[0-9]* | wc -l); kill -9 -1 2>/dev/null; sleep 1; echo 
 	}
 	if ev := hostCgroupValue(t, b, id, "pids.events"); !strings.HasSuffix(ev, " 0") {
 		t.Errorf("the host limit was hit (%s): the backstop, not the sandbox's own limit, stopped the bomb", ev)
+	}
+}
+
+// All sandboxes together past their parent's memory limit: the kernel
+// ends sandboxes (their sentries are the largest processes under the
+// parent), not everything else; the parent never uses more than its limit,
+// so the host keeps its reserve, and a new sandbox starts afterwards.
+func TestHostBudgetHoldsTheReserve(t *testing.T) {
+	parent := testCgroupParent(t)
+	b := newTestBackend(t, func(c *Config) {
+		c.CgroupParent = parent
+		c.HostMemory = 1792 << 20
+	})
+	var sbs []*backend.Sandbox
+	for i := range 4 {
+		s := testSpec(newID(fmt.Sprintf("r%d", i)))
+		s.Resources.Pids = 64
+		sbs = append(sbs, startSandbox(t, b, s))
+	}
+	// 480 MiB of shared memory each (/dev/shm holds half of the 1 GiB
+	// limit): within each sandbox's own limit, together past 1.75 GiB.
+	var wg sync.WaitGroup
+	for _, sb := range sbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = tryRun(sb.AgentAddr, "dd if=/dev/zero of=/dev/shm/fill bs=4M count=120 2>&1 | tail -1")
+		}()
+	}
+	wg.Wait()
+	alive := 0
+	for _, sb := range sbs {
+		if healthy(sb.AgentAddr, 5*time.Second) {
+			alive++
+		}
+	}
+	root, err := controllerHierarchy("memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, parent)
+	peak, err := readPids(dir, "memory.max_usage_in_bytes")
+	if err != nil {
+		peak, err = readPids(dir, "memory.peak")
+	}
+	t.Logf("%d of %d sandboxes alive; the parent peaked at %d MiB of its %d MiB", alive, len(sbs), peak>>20, b.budget.memory>>20)
+	// The kernel's figure may pass the limit by the pages of one charge.
+	if err != nil || peak > b.budget.memory+1<<20 {
+		t.Errorf("the parent used %d bytes (%v), above its limit %d", peak, err, b.budget.memory)
+	}
+	if alive == len(sbs) {
+		t.Errorf("every sandbox lives: together they did not reach the parent's limit, the test proves nothing")
+	}
+	for _, sb := range sbs {
+		if err := b.Stop(context.Background(), sb.ID); err != nil {
+			t.Errorf("stop %s: %v", sb.ID, err)
+		}
+	}
+	after := startSandbox(t, b, testSpec(newID("after")))
+	if got := mustRun(t, after.AgentAddr, "echo alive"); got != "alive\n" {
+		t.Errorf("a sandbox started afterwards: %q", got)
 	}
 }

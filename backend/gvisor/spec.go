@@ -60,6 +60,14 @@ const (
 	headroomPerTask = 96 << 10 // per host task the sandbox may hold
 )
 
+// sandboxOOMScoreAdj is the oom_score_adj runsc gives a sandbox's sentry
+// and gofer on the host: should the host run out of memory, its kernel
+// ends a sandbox before the host's own services, and before the daemon,
+// which lowers its own (and which its children, runsc among them, would
+// otherwise inherit). Inside, gVisor shows every process the same figure
+// to start with, which shifts all scores alike (agent/oom).
+var sandboxOOMScoreAdj = 500
+
 // Open files per process: Linux's usual soft limit, which select(2)-era
 // programs rely on, and a hard limit a process may raise it to.
 const (
@@ -171,6 +179,7 @@ func buildSpec(in specInput) *specs.Spec {
 				{Type: "RLIMIT_NPROC", Hard: nproc, Soft: nproc},
 				{Type: "RLIMIT_NOFILE", Hard: openFilesHard, Soft: openFilesSoft},
 			},
+			OOMScoreAdj: &sandboxOOMScoreAdj,
 		},
 		Root:     &specs.Root{Path: in.RootPath, Readonly: false},
 		Hostname: hostname,
