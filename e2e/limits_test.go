@@ -23,3 +23,21 @@ func TestE2BLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestE2BMemoryAttacks runs e2b/memory.mjs, with the newest pinned
+// version of the published e2b JS SDK, against a real `tupper serve`:
+// ten rounds of five memory attacks (3 GiB in one call, 256 MiB steps, a
+// fork bomb that allocates, four workers, root in 64 MiB steps), each
+// ending with the attacker's death (137, or MemoryError) while the
+// sandbox's files and a background server in it live on.
+func TestE2BMemoryAttacks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills gVisor sandboxes' memory fifty times")
+	}
+	node := requireNode(t)
+	dir := filepath.Join(testutil.ModuleRoot(), "e2e", "e2b")
+	versions := pinnedSDKVersions(t, dir)
+	npmCI(t, dir)
+	d := startServeDaemon(t)
+	runScript(t, node, dir, d, "memory.mjs", "e2b@"+versions[0], "MEMORY_ROUNDS=10")
+}
