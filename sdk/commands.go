@@ -97,7 +97,7 @@ func (c *Commands) start(ctx context.Context, msg *process.StartRequest, o *comm
 		cancel()
 		return nil, fromConnect(err)
 	}
-	return follow(ctx, c, startStream{stream}, cancel, o, onPTY)
+	return follow(ctx, sctx, c, startStream{stream}, cancel, o, onPTY)
 }
 
 // Connect attaches to the running process pid, from its next output on.
@@ -131,7 +131,7 @@ func (c *Commands) connect(ctx context.Context, sel *process.ProcessSelector, op
 		cancel()
 		return nil, fromConnect(err)
 	}
-	return follow(ctx, c, connectStream{stream}, cancel, o, nil)
+	return follow(ctx, sctx, c, connectStream{stream}, cancel, o, nil)
 }
 
 // List returns the processes running in the sandbox, commands and PTYs alike.

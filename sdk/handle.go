@@ -23,6 +23,9 @@ type CommandHandle struct {
 	cmds   *Commands
 	cancel context.CancelFunc
 	done   chan struct{}
+	// deadline is when the command's timeout (WithTimeout) ends, zero
+	// without one.
+	deadline time.Time
 
 	onStdout func(string)
 	onStderr func(string)
@@ -61,9 +64,10 @@ type connectStream struct {
 func (s connectStream) Event() *process.ProcessEvent { return s.Msg().GetEvent() }
 
 // follow waits (bounded by ctx) for the start event of stream and returns a
-// handle whose goroutine reads the rest. cancel ends the stream; follow
+// handle whose goroutine reads the rest. sctx is the stream's context,
+// whose deadline is the command's timeout; cancel ends the stream; follow
 // owns it.
-func follow(ctx context.Context, cmds *Commands, stream eventStream, cancel context.CancelFunc, o *commandOptions, onPTY func([]byte)) (*CommandHandle, error) {
+func follow(ctx, sctx context.Context, cmds *Commands, stream eventStream, cancel context.CancelFunc, o *commandOptions, onPTY func([]byte)) (*CommandHandle, error) {
 	h := &CommandHandle{
 		cmds:     cmds,
 		cancel:   cancel,
@@ -73,6 +77,7 @@ func follow(ctx context.Context, cmds *Commands, stream eventStream, cancel cont
 		onPTY:    onPTY,
 		keep:     o.keep,
 	}
+	h.deadline, _ = sctx.Deadline()
 	// Until the process runs, the caller's ctx bounds the wait.
 	stop := context.AfterFunc(ctx, cancel)
 	var pending []*process.ProcessEvent
@@ -134,6 +139,11 @@ func (h *CommandHandle) run(stream eventStream, pending []*process.ProcessEvent)
 		handle(stream.Event())
 	}
 	switch {
+	case end != nil && !end.GetExited() && !h.deadline.IsZero() && !time.Now().Before(h.deadline):
+		// The agent killed the process at its timeout, and its end came
+		// before the stream's own deadline broke it (a client slow to
+		// notice): it is the timeout all the same.
+		h.err = fmt.Errorf("process %d: its timeout passed (%s): %w", h.pid, end.GetError(), errdefs.ErrDeadlineExceeded)
 	case end != nil:
 		h.mu.Lock()
 		res := &CommandResult{
