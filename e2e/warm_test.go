@@ -12,8 +12,7 @@ import (
 )
 
 // TestE2BWarmPool runs e2b/warm.mjs with the newest pinned e2b JS SDK
-// against `tupper serve` with its default warm pool (2 of base, no --warm
-// flag: a new user's first create is warm): two users' creates in a row take
+// against `tupper serve --warm base=2`: two users' creates in a row take
 // sandboxes of the pool (the daemon's log says so for each), each gets its
 // own envs, metadata, timeout and token, and the second finds nothing of
 // the first's files, processes or environment.
@@ -25,7 +24,7 @@ func TestE2BWarmPool(t *testing.T) {
 	dir := filepath.Join(testutil.ModuleRoot(), "e2e", "e2b")
 	versions := pinnedSDKVersions(t, dir)
 	npmCI(t, dir)
-	d := startServeDaemon(t)
+	d := startServeDaemon(t, "--warm", "base=2")
 	testutil.WaitFor(t, time.Minute, "the warm pool to fill", func() bool {
 		return strings.Count(d.log(), `msg="sandbox created" `) >= 2
 	})

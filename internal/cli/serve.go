@@ -17,7 +17,6 @@ import (
 	"github.com/lightbearco/tupper/auth"
 	"github.com/lightbearco/tupper/engine"
 	"github.com/lightbearco/tupper/errdefs"
-	"github.com/lightbearco/tupper/image"
 	"github.com/lightbearco/tupper/internal/localsock"
 	"github.com/lightbearco/tupper/local"
 	"github.com/lightbearco/tupper/mcp"
@@ -106,7 +105,7 @@ Go SDK's CreateOptions.Backend. The daemon opens it on first use, under
 	f.Var(&o.reserveMemory, "host-reserve-memory", "memory the host keeps from all sandboxes together, such as 2G: their parent cgroup gets the rest (default 1G or 1/16 of the host's, whichever is more; gvisor)")
 	f.Int64Var(&o.reserveTasks, "host-reserve-tasks", 0, "host tasks the host keeps from all sandboxes together (default a quarter of kernel.pid_max or threads-max, at least 4096; gvisor)")
 	f.Float64Var(&o.overcommit, "overcommit", 0, "how many times what the host spares sandboxes their limits may add up to; admission counts what they use (default 32; gvisor)")
-	f.StringSliceVar(&o.warm, "warm", nil, "keep N sandboxes of TEMPLATE booted ahead of demand (TEMPLATE=N; repeatable; none for no pool): creates of it with default limits and no volumes take one at once (default: "+strconv.Itoa(defaultWarmSize)+" of the default template)")
+	f.StringSliceVar(&o.warm, "warm", nil, "keep N sandboxes of TEMPLATE booted ahead of demand (TEMPLATE=N; repeatable): creates of it with default limits, no environment variables and no volumes take one at once")
 	f.Var(&o.warmMemory, "warm-memory", "the most memory all warm sandboxes may be given together, such as 4G (default a quarter of the host's)")
 	f.StringVar(&o.buildEgress, "build-egress", "allow", `egress of template build sandboxes: "allow" (apt, pip and npm installs reach the internet) or "deny"`)
 	o.net.register(f)
@@ -163,9 +162,6 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 			"  export E2B_API_KEY=%s\n  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n\n", first, url, url)
 	}
 	log := g.loggerAt(slog.LevelInfo)
-	if err := shieldDaemon(); err != nil {
-		log.Warn("the host's OOM killer may pick the daemon before sandboxes: its oom_score_adj stays", "err", err)
-	}
 	hostNet, defaultPolicy, err := o.net.config()
 	if err != nil {
 		return err
@@ -177,16 +173,7 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 	if backendOpts, err = o.hostBudgetOptions(g, backendOpts); err != nil {
 		return err
 	}
-	warm := o.warm
-	if warm == nil {
-		// Fast by default: a new user's first create is a warm one.
-		tmpl := o.defaultTemplate
-		if tmpl == "" {
-			tmpl = image.BaseTemplate
-		}
-		warm = []string{tmpl + "=" + strconv.Itoa(defaultWarmSize)}
-	}
-	pools, err := parseWarm(warm)
+	pools, err := parseWarm(o.warm)
 	if err != nil {
 		return err
 	}
@@ -252,18 +239,10 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 	return err
 }
 
-// defaultWarmSize is how many sandboxes of the default template a daemon
-// keeps booted when --warm names no pool: an idle one costs about 19 MiB
-// and 0.6% of a core, and takes a create from about 200 ms to 40.
-const defaultWarmSize = 2
-
-// parseWarm reads the --warm flags, TEMPLATE=N each, or "none".
+// parseWarm reads the --warm flags, TEMPLATE=N each.
 func parseWarm(flags []string) ([]engine.PoolConfig, error) {
 	var out []engine.PoolConfig
 	for _, f := range flags {
-		if f == "none" {
-			continue
-		}
 		name, n, ok := strings.Cut(f, "=")
 		size, err := strconv.Atoi(n)
 		if !ok || name == "" || err != nil || size < 0 || size > 1000 {
