@@ -30,23 +30,28 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 )
+
+// idleInterval is how often the watcher looks while nothing but the
+// agent runs: nothing then can allocate (see intervals).
+const idleInterval = time.Second
 
 // Polling intervals by the share of MemTotal still available. Reading
 // /proc/meminfo costs about 0.1 to 0.3 ms in gVisor; allocating costs
 // about 5 ms per MiB there (0.2 GB/s measured), so at the finest interval
-// a process grows by a few MiB between two looks. An idle sandbox looks
-// once a second: each look wakes the sandbox's kernel and the agent's
-// stub, and at ten a second that was most of an idle sandbox's CPU (2.7%
-// of a core against 0.6%, measured), the first bound on how many idle
-// sandboxes a host runs. A quarter of the limit takes over a second to
-// allocate at gVisor's 0.2 GB/s.
+// a process grows by a few MiB between two looks. A sandbox where only the
+// agent runs looks once a second (idleInterval), and once a process starts
+// (Wake) or runs, ten times a second: each look wakes the sandbox's kernel
+// and the agent's stub, which was most of an idle sandbox's CPU (2.7% of a
+// core at ten looks a second against 0.6% at one, measured), the first
+// bound on how many idle sandboxes a host runs.
 var intervals = []struct {
 	above    float64 // available share above which interval applies
 	interval time.Duration
 }{
-	{0.75, time.Second},
+	{0.75, idleInterval},
 	{0.50, 100 * time.Millisecond},
 	{0.25, 50 * time.Millisecond},
 	{0.10, 20 * time.Millisecond},
@@ -89,6 +94,10 @@ type Watcher struct {
 	self int
 	// selfPgrp is the agent's own process group, never killed whole.
 	selfPgrp int
+	wake     chan struct{}
+	// groupKilled says the last kill took a whole group, whose memory
+	// takes longer to show as freed; only Run's goroutine touches it.
+	groupKilled bool
 	// last is the process group and time of the last kill; only Run's
 	// goroutine touches it.
 	last struct {
@@ -105,7 +114,17 @@ func New(cfg Config) *Watcher {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Watcher{cfg: cfg, log: cfg.Logger, self: os.Getpid(), selfPgrp: getpgrp()}
+	return &Watcher{cfg: cfg, log: cfg.Logger, self: os.Getpid(), selfPgrp: getpgrp(), wake: make(chan struct{}, 1)}
+}
+
+// Wake makes the watcher look now, and closely while any process but its
+// own runs: the agent calls it when it starts one. It never blocks. It is
+// safe for concurrent use.
+func (w *Watcher) Wake() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Run watches until ctx ends and returns ctx's error, or an error at once
@@ -128,6 +147,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+		case <-w.wake:
 		}
 		m, err := mi.read()
 		if err != nil {
@@ -137,6 +157,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 			continue
 		}
 		next := interval(m)
+		if next == idleInterval && w.othersRun() {
+			next = intervals[1].interval
+		}
 		if m.Available <= w.slack(m.Total) {
 			if rss, ok := w.killOne(ctx, m); ok {
 				w.settle(ctx, mi, m, rss)
@@ -219,7 +242,7 @@ func (w *Watcher) wholeGroup(v proc) bool {
 func (w *Watcher) killGroup(ctx context.Context, m meminfo, v proc, procs []proc, reason string) (int64, bool) {
 	var undos []func()
 	var rss int64
-	members := 0
+	var group []proc
 	for _, p := range procs {
 		if p.pgrp != v.pgrp {
 			continue
@@ -230,7 +253,7 @@ func (w *Watcher) killGroup(ctx context.Context, m meminfo, v proc, procs []proc
 			w.last.pgrp = 0
 			return w.killOne(ctx, m)
 		}
-		members++
+		group = append(group, p)
 		rss += p.rss
 		if w.cfg.Mark != nil {
 			undos = append(undos, w.cfg.Mark(p.pid, reason))
@@ -247,17 +270,39 @@ func (w *Watcher) killGroup(ctx context.Context, m meminfo, v proc, procs []proc
 		return 0, false
 	}
 	w.last.pgrp, w.last.at = v.pgrp, time.Now()
-	w.log.Warn("out of memory again in one process group: killed the group", "pgrp", v.pgrp, "processes", members,
+	w.log.Warn("out of memory again in one process group: killed the group", "pgrp", v.pgrp, "processes", len(group),
 		"comm", v.comm, "rss_mib", rss>>20, "used_mib", (m.Total-m.Available)>>20, "limit_mib", m.Total>>20)
-	w.waitGone(ctx, v)
+	// Every member, not only v: until they are all gone their memory is
+	// not back, and a look would take a bystander for the same spike.
+	w.waitGone(ctx, group...)
+	w.groupKilled = true
 	return rss, true
+}
+
+// othersRun reports whether any process but the watcher's own is in the
+// process table: one directory listing.
+func (w *Watcher) othersRun() bool {
+	entries, err := os.ReadDir(w.cfg.Proc)
+	if err != nil {
+		return true
+	}
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 0 && pid != w.self {
+			return true
+		}
+	}
+	return false
 }
 
 // settleTimeout bounds the wait after a kill for the sandbox's figures to
 // show the victim's memory freed. Short: a process that keeps allocating
 // meanwhile (about 0.2 GB/s in gVisor) must not outgrow the host's
-// headroom above the limit.
-const settleTimeout = 250 * time.Millisecond
+// headroom above the limit. A group's memory takes longer to show:
+// settleGroupTimeout.
+const (
+	settleTimeout      = 250 * time.Millisecond
+	settleGroupTimeout = time.Second
+)
 
 // settle waits, after a kill, until the figures show the victim's memory
 // freed (half of what it had resident back, or more than the slack
@@ -266,7 +311,11 @@ const settleTimeout = 250 * time.Millisecond
 // memory and take a second process, the shell that ran the first or a
 // sleeping neighbour, for the same spike.
 func (w *Watcher) settle(ctx context.Context, mi *meminfoFile, before meminfo, rss int64) {
-	deadline := time.Now().Add(settleTimeout)
+	timeout := settleTimeout
+	if w.groupKilled {
+		timeout, w.groupKilled = settleGroupTimeout, false
+	}
+	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		m, err := mi.read()
 		if err == nil && (m.Available-before.Available >= rss/2 || m.Available > w.slack(m.Total)) {
@@ -276,14 +325,13 @@ func (w *Watcher) settle(ctx context.Context, mi *meminfoFile, before meminfo, r
 	}
 }
 
-// waitGone waits until v has left the process table (its memory is
-// freed by then) or victimTimeout passes.
-func (w *Watcher) waitGone(ctx context.Context, v proc) {
+// waitGone waits until every process of vs has left the process table
+// (their memory is freed by then) or victimTimeout passes.
+func (w *Watcher) waitGone(ctx context.Context, vs ...proc) {
 	deadline := time.Now().Add(victimTimeout)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if !v.alive(w.cfg.Proc) {
-			return
+	for _, v := range vs {
+		for time.Now().Before(deadline) && ctx.Err() == nil && v.alive(w.cfg.Proc) {
+			time.Sleep(2 * time.Millisecond)
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }

@@ -431,3 +431,21 @@ func TestWatcherKillsAGroupThatRefills(t *testing.T) {
 		t.Errorf("the process of another group is gone: %v %c", err, q.state)
 	}
 }
+
+// TestOthersRun: the watcher looks once a second only while nothing but
+// the agent runs; a process in the table makes it look closely.
+func TestOthersRun(t *testing.T) {
+	p := newFakeProc(t)
+	p.setMeminfo(t, 1024, 1000)
+	w := New(Config{Proc: p.dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := os.Symlink(fmt.Sprintf("/proc/%d", os.Getpid()), filepath.Join(p.dir, strconv.Itoa(os.Getpid()))); err != nil {
+		t.Fatal(err)
+	}
+	if w.othersRun() {
+		t.Error("othersRun with only the watcher's own process")
+	}
+	p.start(t, 1)
+	if !w.othersRun() {
+		t.Error("othersRun is false with another process")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -75,6 +76,14 @@ func takeOOMMark(pid int, ws syscall.WaitStatus) string {
 	}
 	return kernelOOM.take()
 }
+
+// onStart, when set, is called each time the service starts a process.
+var onStart atomic.Pointer[func()]
+
+// OnStart makes the service call f each time it starts a process: the
+// sandbox's out-of-memory killer watches closely once something runs
+// (oom.Watcher.Wake). It is safe for concurrent use.
+func OnStart(f func()) { onStart.Store(&f) }
 
 // kernelOOM counts the kernel's OOM kills in the sandbox's memory cgroup.
 var kernelOOM = &oomCounter{root: "/sys/fs/cgroup"}

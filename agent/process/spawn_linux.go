@@ -108,6 +108,9 @@ func (s *Service) spawn(c *command, req *pb.StartRequest, first *subscriber) (*h
 	}
 	h.pid = uint32(pid)
 	h.log = s.log.With("pid", pid)
+	if f := onStart.Load(); f != nil {
+		(*f)()
+	}
 	h.subscribe(first)
 	if !c.unlisted {
 		s.add(h)

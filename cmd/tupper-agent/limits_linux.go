@@ -26,6 +26,7 @@ const cgroupRoot = "/sys/fs/cgroup"
 // process calls it; see docs/design/limits.md.
 func enforceLimits(log *slog.Logger) {
 	w := oom.New(oom.Config{Mark: process.MarkOutOfMemory, Logger: log})
+	process.OnStart(w.Wake)
 	go func() {
 		if err := w.Run(context.Background()); err != nil {
 			log.Warn("no out-of-memory killer: a process past the memory limit ends the whole sandbox", "err", err)
