@@ -162,6 +162,9 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 			"  export E2B_API_KEY=%s\n  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n\n", first, url, url)
 	}
 	log := g.loggerAt(slog.LevelInfo)
+	if err := shieldDaemon(); err != nil {
+		log.Warn("the host's OOM killer may pick the daemon before sandboxes: its oom_score_adj stays", "err", err)
+	}
 	hostNet, defaultPolicy, err := o.net.config()
 	if err != nil {
 		return err
