@@ -21,7 +21,7 @@ for target in linux/arm64 darwin/arm64 windows/amd64; do
   GOOS=${target%/*} GOARCH=${target#*/} go build -o /dev/null ./cmd/tupper
 done
 GOARCH=arm64 go build -o /dev/null ./cmd/tupper-agent
-go test -timeout 25m -count=1 "${args[@]}"
+go test -timeout 40m -count=1 "${args[@]}"
 # The backends whose platform this host lacks ran against stand-ins above;
 # their real-platform tests skipped, which go test does not print. Say so,
 # by name: not run is not passed.
