@@ -37,6 +37,12 @@ type EgressConfig struct {
 	// sends each request; nil means none resolves, and a request whose
 	// rules use one fails with 502 rather than go out without it.
 	Secrets SecretResolver
+	// LeaveHostFirewalls keeps Tupper's hands off the host's own
+	// firewalls (Docker's chains, ufw, firewalld, a FORWARD policy of
+	// DROP): where one of them drops sandboxes' traffic, the operator
+	// adds the accept that InspectHostFirewalls names. By default the
+	// Egress adds it itself (see hostfw_linux.go).
+	LeaveHostFirewalls bool
 	// LogGroup is the NFLOG group that reports refused flows; zero
 	// means one derived from Dir.
 	LogGroup uint16

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -38,6 +39,10 @@ type Egress struct {
 	baseMu   sync.Mutex
 	baseDone bool
 	v6Done   bool // IPv6 forwarding is on
+
+	// stopWatch ends the watch over the host's firewalls (watchHost).
+	stopWatch chan struct{}
+	watchDone chan struct{}
 
 	mu   sync.RWMutex
 	byID map[string]*sandboxNet
@@ -99,7 +104,64 @@ func NewEgress(cfg EgressConfig) (_ *Egress, retErr error) {
 	} else {
 		e.stopDenials = stop
 	}
+	e.stopWatch, e.watchDone = make(chan struct{}), make(chan struct{})
+	go e.watchHost()
 	return e, nil
+}
+
+// hostWatchEvery is how often an Egress with sandboxes looks at the
+// host's firewalls again: a firewall that starts after Tupper (Docker's
+// daemon, ufw enable) or reloads (firewalld) drops sandboxes' traffic
+// until the accept is back.
+const hostWatchEvery = 5 * time.Second
+
+// watchHost keeps the host's firewalls admitting sandboxes, and hands
+// forwarding over to the host once another program relies on it (see
+// handOverForwarding), every hostWatchEvery while any sandbox has egress,
+// until Close.
+func (e *Egress) watchHost() {
+	defer close(e.watchDone)
+	t := time.NewTicker(hostWatchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stopWatch:
+			return
+		case <-t.C:
+		}
+		e.mu.RLock()
+		n := len(e.byID)
+		e.mu.RUnlock()
+		if n == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		e.admit(ctx)
+		if why, err := handOverForwarding(ctx, e.cfg.IfPrefix); err != nil {
+			e.log.Warn("egress: hand forwarding over to the host", "err", err)
+		} else if why != "" {
+			e.log.Info("egress: forwarding is the host's now, and Tupper's guard is gone: another program relies on it", "why", why)
+		}
+		cancel()
+	}
+}
+
+// admit makes sure the host's firewalls let sandboxes' traffic through
+// (admitSandboxes), unless the operator keeps Tupper out of them. A
+// failure is logged: sandboxes then have no egress through that
+// firewall, and `tupper doctor` says what to run.
+func (e *Egress) admit(ctx context.Context) {
+	if e.cfg.LeaveHostFirewalls {
+		return
+	}
+	fws, err := admitSandboxes(ctx, []string{e.cfg.IfPrefix}, e.cfg.Subnets)
+	if err != nil {
+		e.log.Warn("egress: a firewall of the host's drops sandboxes' traffic, and Tupper could not add its accept", "err", err)
+		return
+	}
+	for _, fw := range fws {
+		e.log.Debug("egress: host firewall admits sandboxes", "firewall", fw.Name, "place", fw.Place)
+	}
 }
 
 // CACertPEM returns the certificate of the CA with which the egress proxy
@@ -110,6 +172,11 @@ func (e *Egress) CACertPEM() []byte { return e.ca.CertPEM() }
 // firewall rules stay until each sandbox is torn down.
 func (e *Egress) Close() error {
 	var errs []error
+	if e.stopWatch != nil {
+		close(e.stopWatch)
+		<-e.watchDone
+		e.stopWatch = nil
+	}
 	if e.stopDenials != nil {
 		e.stopDenials()
 	}
@@ -129,6 +196,7 @@ func (e *Egress) Apply(ctx context.Context, ep *Endpoint) error {
 	if err := e.ensureBase(ctx); err != nil {
 		return err
 	}
+	e.admit(ctx)
 	if err := enableEgressSysctls(ep.HostIf); err != nil {
 		return fmt.Errorf("egress: %w", err)
 	}
