@@ -35,7 +35,11 @@ var (
 // rely on them (othersForward). Otherwise it changes nothing and says
 // why in the report. A daemon's last Pool.Close runs it; so do
 // `tupper cleanup` and `tupper doctor --fix`.
-func HostCleanup(ctx context.Context) (*CleanupReport, error) {
+//
+// With leaveFirewalls the host's own firewalls are not touched: an
+// operator who keeps Tupper out of them (--host-firewall=off) added the
+// accepts and removes them.
+func HostCleanup(ctx context.Context, leaveFirewalls bool) (*CleanupReport, error) {
 	rep := &CleanupReport{}
 	if _, err := os.Stat(runDir); errors.Is(err, fs.ErrNotExist) {
 		if n, err := sandboxLinks(); err != nil || n > 0 {
@@ -68,9 +72,11 @@ func HostCleanup(ctx context.Context) (*CleanupReport, error) {
 	}
 
 	var errs []error
-	removed, err := removeHostFirewallAccepts(ctx)
-	rep.Removed = append(rep.Removed, removed...)
-	errs = append(errs, err)
+	if !leaveFirewalls {
+		removed, err := removeHostFirewallAccepts(ctx)
+		rep.Removed = append(rep.Removed, removed...)
+		errs = append(errs, err)
+	}
 	errs = append(errs, removeTable(ctx, rep))
 	errs = append(errs, removeRoutes(rep))
 	errs = append(errs, restoreForwarding(ctx, rep))

@@ -115,10 +115,8 @@ func NewEgress(cfg EgressConfig) (_ *Egress, retErr error) {
 // until the accept is back.
 const hostWatchEvery = 5 * time.Second
 
-// watchHost keeps the host's firewalls admitting sandboxes, and hands
-// forwarding over to the host once another program relies on it (see
-// handOverForwarding), every hostWatchEvery while any sandbox has egress,
-// until Close.
+// watchHost keeps the host's firewalls admitting sandboxes, every
+// hostWatchEvery while any sandbox has egress, until Close.
 func (e *Egress) watchHost() {
 	defer close(e.watchDone)
 	t := time.NewTicker(hostWatchEvery)
@@ -137,11 +135,6 @@ func (e *Egress) watchHost() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		e.admit(ctx)
-		if why, err := handOverForwarding(ctx, e.cfg.IfPrefix); err != nil {
-			e.log.Warn("egress: hand forwarding over to the host", "err", err)
-		} else if why != "" {
-			e.log.Info("egress: forwarding is the host's now, and Tupper's guard is gone: another program relies on it", "why", why)
-		}
 		cancel()
 	}
 }

@@ -352,39 +352,6 @@ func isSandboxIf(name string) bool {
 	return err == nil && strings.HasPrefix(link.Attrs().Alias, "tupper:")
 }
 
-// handOverForwarding gives up Tupper's claim on the forwarding it turned
-// on, once another program relies on it (othersForward): the records go,
-// and with them the forwarding guard, and the host's cleanup will leave
-// forwarding on. From then on the host is a router by that program's
-// choice, as it would be had the program found forwarding off and turned
-// it on itself; the guard would only break what it forwards. It returns
-// why it handed over, and nothing when it did not.
-func handOverForwarding(ctx context.Context, prefix string) (string, error) {
-	have4, err := exists(ipForwardRecord)
-	if err != nil {
-		return "", err
-	}
-	have6, err := exists(ipv6ForwardRecord)
-	if err != nil || !have4 && !have6 {
-		return "", err
-	}
-	why, others := othersForward(ctx)
-	if !others {
-		return "", nil
-	}
-	unlock, err := lockFile(ctx, firewallLock)
-	if err != nil {
-		return "", fmt.Errorf("firewall: %w", err)
-	}
-	defer unlock()
-	for _, rec := range []string{ipForwardRecord, ipv6ForwardRecord} {
-		if err := removeIfExists(rec); err != nil {
-			return "", fmt.Errorf("firewall: %w", err)
-		}
-	}
-	return why, runNFT(ctx, firewallRules(prefix, false, false, nil))
-}
-
 // exists reports whether path exists.
 func exists(path string) (bool, error) {
 	_, err := os.Stat(path)

@@ -14,7 +14,9 @@ func InspectHostFirewalls(ctx context.Context, prefixes []string, subnets []neti
 }
 
 // HostCleanup fails with errdefs.ErrNotSupported outside Linux.
-func HostCleanup(ctx context.Context) (*CleanupReport, error) { return nil, errUnsupported }
+func HostCleanup(ctx context.Context, leaveFirewalls bool) (*CleanupReport, error) {
+	return nil, errUnsupported
+}
 
 // Close does nothing outside Linux, where New makes no pool.
 func (p *Pool) Close(ctx context.Context) (*CleanupReport, error) { return &CleanupReport{}, nil }

@@ -97,7 +97,7 @@ func (p *Pool) Close(ctx context.Context) (*CleanupReport, error) {
 		return &CleanupReport{Skipped: "the pool was closed before"}, nil
 	}
 	release()
-	rep, err := HostCleanup(ctx)
+	rep, err := HostCleanup(ctx, p.cfg.LeaveHostFirewalls)
 	if err != nil {
 		p.log.Warn("network: leave the host as found", "err", err)
 	} else if len(rep.Removed)+len(rep.Kept) > 0 {

@@ -62,7 +62,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 func runDoctor(ctx context.Context, g *globals, o *doctorOptions) error {
 	var cleaned *network.CleanupReport
 	if o.fix {
-		rep, err := network.HostCleanup(ctx)
+		rep, err := network.HostCleanup(ctx, false)
 		if err != nil && !errors.Is(err, errdefs.ErrNotSupported) {
 			return fmt.Errorf("doctor --fix: %w", err)
 		}

@@ -113,7 +113,7 @@ func startNetwork(ctx context.Context, g *globals, log *slog.Logger, hc backend.
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
 		return
 	}
-	if rep, err := network.HostCleanup(ctx); err != nil {
+	if rep, err := network.HostCleanup(ctx, hc.LeaveHostFirewalls); err != nil {
 		log.Warn("network: clean up after an earlier daemon", "err", err)
 	} else if len(rep.Removed)+len(rep.Kept) > 0 {
 		log.Info("network: cleaned up after an earlier daemon", "removed", rep.Removed, "kept", rep.Kept)

@@ -44,6 +44,7 @@ func OpenNetwork(nc network.Config, egress *network.EgressConfig, ipv6 string, i
 			return nil, nil, err
 		}
 		nc.Policy = eg
+		nc.LeaveHostFirewalls = ecfg.LeaveHostFirewalls
 	}
 	pool, err := network.New(nc)
 	if err != nil {

@@ -1,0 +1,398 @@
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lightbearco/tupper/internal/testutil"
+	"github.com/lightbearco/tupper/sdk"
+)
+
+// TestNeighbours runs Tupper on a stand-in host (a network namespace with
+// its own uplink, firewall and sysctls: testutil.StandInHost) beside each
+// firewall that drops forwarded traffic in its own way, and checks that
+// sandboxes keep their egress, that a sandbox without internet access is
+// refused at once, and that Tupper breaks nothing of its neighbours':
+// Debian's real dockerd in both orders (Docker before Tupper, and Tupper,
+// with a sandbox, before Docker) with iptables-nft and with
+// iptables-legacy, real ufw enabled, and a FORWARD policy of DROP set by
+// hand.
+func TestNeighbours(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots dockerd and gVisor sandboxes on stand-in hosts")
+	}
+	testutil.RequiresRunsc(t)
+	for _, tc := range []struct {
+		name string
+		// docker starts dockerd, with iptables-legacy when legacy, before
+		// Tupper's first sandbox when first, else after it.
+		docker, legacy, first bool
+		ufw, dropPolicy       bool
+		// added is what the host's firewall must hold of Tupper's.
+		added []string
+	}{
+		{name: "docker-nft-first", docker: true, first: true, added: []string{"iptables-nft", "-A DOCKER-USER -i tp+ -m comment --comment tupper -j ACCEPT"}},
+		{name: "docker-nft-after", docker: true, added: []string{"iptables-nft", "-A DOCKER-USER -i tp+ -m comment --comment tupper -j ACCEPT"}},
+		{name: "docker-legacy-first", docker: true, legacy: true, first: true, added: []string{"iptables-legacy", "-A DOCKER-USER -i tp+ -m comment --comment tupper -j ACCEPT"}},
+		{name: "docker-legacy-after", docker: true, legacy: true, added: []string{"iptables-legacy", "-A DOCKER-USER -i tp+ -m comment --comment tupper -j ACCEPT"}},
+		{name: "ufw", ufw: true, added: []string{"iptables-nft", "-A ufw-user-forward -i tp+ -j ACCEPT"}},
+		{name: "forward-drop-legacy", dropPolicy: true, legacy: true, added: []string{"iptables-legacy", "-A FORWARD -i tp+ -m comment --comment tupper -j ACCEPT"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var shadow []string
+			if tc.ufw {
+				requireTool(t, "ufw")
+				shadow = append(shadow, "/etc/ufw", "/etc/default/ufw")
+			}
+			h := testutil.NewStandInHost(t, shadow...)
+			switch {
+			case tc.ufw:
+				// Debian's ufw drops forwarded traffic by default, as
+				// Ubuntu's does.
+				if out := h.Run(t, "cat", "/etc/default/ufw"); !strings.Contains(out, `DEFAULT_FORWARD_POLICY="DROP"`) {
+					t.Fatalf("ufw's default forward policy is not DROP:\n%s", out)
+				}
+				h.Run(t, "ufw", "--force", "enable")
+			case tc.dropPolicy:
+				iptables := "iptables-nft"
+				if tc.legacy {
+					iptables = "iptables-legacy"
+				}
+				h.Run(t, iptables, "-P", "FORWARD", "DROP")
+			}
+			var dk *dockerd
+			if tc.docker && tc.first {
+				dk = startDockerd(t, h, tc.legacy)
+			}
+			root, err := os.MkdirTemp("", "te-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := startServeDaemonOn(t, h, root)
+			client := standInClient(t, h, d)
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			open := createSandbox(ctx, t, client, true)
+			if tc.docker && !tc.first {
+				// Tupper turned forwarding on for its sandbox, and put its
+				// guard up, before Docker came.
+				if got := h.Sysctl(t, "net/ipv4/ip_forward"); got != "1" {
+					t.Errorf("ip_forward %s after Tupper's first sandbox, want 1", got)
+				}
+				dk = startDockerd(t, h, tc.legacy)
+			}
+			closed := createSandbox(ctx, t, client, false)
+
+			// Sandboxes reach the fake internet, and one without internet
+			// access is refused at once.
+			world := "http://" + testutil.StandInWorld.String() + "/"
+			if out := sandboxCurl(ctx, t, open, world); !strings.Contains(out, "world") || !strings.Contains(out, "rc=0") {
+				t.Errorf("sandbox to the fake internet: %s", out)
+			}
+			expectRefused(ctx, t, closed, world)
+			if dk != nil {
+				dk.checkNeighbourhood(ctx, t, open)
+			}
+			fw := h.Run(t, tc.added[0], "-S")
+			if !strings.Contains(fw, tc.added[1]) {
+				t.Errorf("%s -S lacks Tupper's %q:\n%s", tc.added[0], tc.added[1], fw)
+			}
+			out := h.Run(t, d.tupper, "doctor")
+			if !strings.Contains(out, "Tupper's accept for sandboxes is in") {
+				t.Errorf("doctor does not say what Tupper added to the host's firewall:\n%s", out)
+			}
+		})
+	}
+}
+
+// standInClient returns an SDK client of d, which runs on h.
+func standInClient(t *testing.T, h *testutil.StandInHost, d *serveDaemon) *sdk.Client {
+	t.Helper()
+	tr, err := sdk.NewHTTPTransport(sdk.HTTPConfig{APIURL: d.URL, APIKey: d.Key,
+		HTTPClient: &http.Client{Transport: &http.Transport{DialContext: h.Dial}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sdk.Client{Transport: tr}
+}
+
+// createSandbox makes a sandbox with or without internet access, killed
+// at the end of the test.
+func createSandbox(ctx context.Context, t *testing.T, c *sdk.Client, internet bool) *sdk.Sandbox {
+	t.Helper()
+	sb, err := c.Create(ctx, sdk.CreateOptions{AllowInternetAccess: &internet, Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatalf("create a sandbox (internet %v): %v", internet, err)
+	}
+	t.Cleanup(func() {
+		kctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		sb.Kill(kctx)
+	})
+	return sb
+}
+
+// sandboxCurl fetches url in sb and returns what curl printed, its exit
+// code (rc=N) and how long it took (time=SECONDS).
+func sandboxCurl(ctx context.Context, t *testing.T, sb *sdk.Sandbox, url string) string {
+	t.Helper()
+	res, err := sb.Commands.Run(ctx, fmt.Sprintf(`sh -c 'curl -sS --max-time 5 -w "\ntime=%%{time_total}\n" %s; echo rc=$?' 2>&1`, url))
+	if err != nil {
+		t.Fatalf("curl %s in the sandbox: %v", url, err)
+	}
+	return res.Stdout + res.Stderr
+}
+
+// expectRefused checks that sb's connection to url is refused (curl's
+// exit code 7) within a second.
+func expectRefused(ctx context.Context, t *testing.T, sb *sdk.Sandbox, url string) {
+	t.Helper()
+	out := sandboxCurl(ctx, t, sb, url)
+	if !strings.Contains(out, "rc=7") {
+		t.Errorf("sandbox to %s: %s; want connection refused (curl exit 7)", url, out)
+		return
+	}
+	i := strings.Index(out, "time=")
+	secs, err := strconv.ParseFloat(strings.Fields(out[i+len("time="):])[0], 64)
+	if err != nil || secs > 1 {
+		t.Errorf("sandbox to %s: refused after %v s, want within a second: %s", url, secs, out)
+	}
+}
+
+// sandboxAddr returns sb's address.
+func sandboxAddr(ctx context.Context, t *testing.T, sb *sdk.Sandbox) string {
+	t.Helper()
+	res, err := sb.Commands.Run(ctx, `sh -c 'echo $TUPPER_SANDBOX_ADDR'`)
+	if err != nil || strings.TrimSpace(res.Stdout) == "" {
+		// The agent may not pass the daemon's variables on: ask the
+		// kernel.
+		res, err = sb.Commands.Run(ctx, `sh -c "ip -4 -o addr show eth0 2>/dev/null | awk '{print \$4}' | cut -d/ -f1 || hostname -I"`)
+	}
+	if err != nil {
+		t.Fatalf("sandbox address: %v", err)
+	}
+	return strings.Fields(res.Stdout + " ?")[0]
+}
+
+// requireTool skips (or, under TUPPER_REQUIRE_ALL, fails) t unless tool
+// is installed.
+func requireTool(t *testing.T, tool string) {
+	t.Helper()
+	if _, err := exec.LookPath(tool); err != nil {
+		testutil.Skip(t, tool+" is not installed: run scripts/setup.sh --test")
+	}
+}
+
+// dockerd is Debian's dockerd on a stand-in host, with its own data, its
+// own socket and two containers from a busybox image made here (no
+// registry): c1 serves "container" over HTTP on :80, c2 is a client.
+type dockerd struct {
+	h    *testutil.StandInHost
+	sock string
+	// c1 is the address of the container that serves.
+	c1 string
+}
+
+// startDockerd starts dockerd on h, with iptables-legacy when legacy (its
+// iptables is then iptables-legacy), and its two containers; it stops it
+// when t ends.
+func startDockerd(t *testing.T, h *testutil.StandInHost, legacy bool) *dockerd {
+	t.Helper()
+	requireTool(t, "dockerd")
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		testutil.Skip(t, "busybox is not installed (busybox-static)")
+	}
+	// containerd's socket path must stay short.
+	execRoot, err := os.MkdirTemp("", "td-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(execRoot) })
+	d := &dockerd{h: h, sock: filepath.Join(execRoot, "docker.sock")}
+	env := os.Environ()
+	if legacy {
+		bin := filepath.Join(h.Dir, "legacy-bin")
+		os.MkdirAll(bin, 0o755)
+		for _, name := range []string{"iptables", "ip6tables"} {
+			if err := os.Symlink("/usr/sbin/"+name+"-legacy", filepath.Join(bin, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		env = append(env, "PATH="+bin+":"+os.Getenv("PATH"))
+	}
+	logf, err := os.Create(filepath.Join(h.Dir, "dockerd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := h.Command(context.Background(), "dockerd", "--data-root", filepath.Join(h.Dir, "docker"),
+		"--exec-root", execRoot, "--pidfile", filepath.Join(execRoot, "docker.pid"), "-H", "unix://"+d.sock,
+		"--userland-proxy=false")
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("dockerd's log:\n%s", tailLines(string(b), 40))
+		}
+	})
+	waitUntil(t, 30*time.Second, "dockerd answers", func() bool {
+		_, err := d.docker("version")
+		return err == nil
+	})
+
+	// A busybox image from a rootfs tarball.
+	var img bytes.Buffer
+	tw := tar.NewWriter(&img)
+	bb, err := os.ReadFile(busybox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw.WriteHeader(&tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755})
+	tw.WriteHeader(&tar.Header{Name: "bin/busybox", Mode: 0o755, Size: int64(len(bb))})
+	tw.Write(bb)
+	// busybox-static's wget crashes without the files of a full system;
+	// its nc does not.
+	for _, app := range []string{"sh", "httpd", "nc", "sleep"} {
+		tw.WriteHeader(&tar.Header{Name: "bin/" + app, Typeflag: tar.TypeSymlink, Linkname: "busybox"})
+	}
+	page := []byte("container\n")
+	tw.WriteHeader(&tar.Header{Name: "www/", Typeflag: tar.TypeDir, Mode: 0o755})
+	tw.WriteHeader(&tar.Header{Name: "www/index.html", Mode: 0o644, Size: int64(len(page))})
+	tw.Write(page)
+	tw.Close()
+	imp := exec.Command("docker", "-H", "unix://"+d.sock, "import", "-", "tupper-test/busybox")
+	imp.Stdin = &img
+	if out, err := imp.CombinedOutput(); err != nil {
+		t.Fatalf("docker import: %v: %s", err, out)
+	}
+	for _, c := range [][]string{
+		{"run", "-d", "--name", "c1", "tupper-test/busybox", "/bin/httpd", "-f", "-p", "80", "-h", "/www"},
+		{"run", "-d", "--name", "c2", "tupper-test/busybox", "/bin/sleep", "3600"},
+	} {
+		if out, err := d.docker(c...); err != nil {
+			t.Fatalf("docker %s: %v: %s", strings.Join(c, " "), err, out)
+		}
+	}
+	out, err := d.docker("inspect", "-f", "{{.NetworkSettings.IPAddress}}", "c1")
+	if err != nil || strings.TrimSpace(out) == "" {
+		t.Fatalf("docker inspect c1: %v: %s", err, out)
+	}
+	d.c1 = strings.TrimSpace(out)
+	return d
+}
+
+// docker runs the docker CLI against d.
+func (d *dockerd) docker(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", append([]string{"-H", "unix://" + d.sock}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// checkNeighbourhood checks that Docker's containers reach each other and
+// the fake internet, that sandbox sb cannot reach a container, and is
+// refused at once, and that no container reaches into sb.
+func (d *dockerd) checkNeighbourhood(ctx context.Context, t *testing.T, sb *sdk.Sandbox) {
+	t.Helper()
+	if out, err := d.get("c2", d.c1, "80", 5); err != nil || !strings.Contains(out, "container") {
+		t.Errorf("container to container across docker0: %v: %s", err, out)
+	}
+	if out, err := d.get("c2", testutil.StandInWorld.String(), "80", 5); err != nil || !strings.Contains(out, "world") {
+		t.Errorf("container to the fake internet: %v: %s", err, out)
+	}
+	expectRefused(ctx, t, sb, "http://"+d.c1+"/")
+	addr := sandboxAddr(ctx, t, sb)
+	// The agent listens on 49983 in every sandbox.
+	if out, err := d.get("c2", addr, "49983", 3); err == nil {
+		t.Errorf("a container reached into the sandbox at %s: %s", addr, out)
+	}
+}
+
+// get sends an HTTP GET from container to addr:port with busybox's nc,
+// waiting at most secs to connect, and returns the answer.
+func (d *dockerd) get(container, addr, port string, secs int) (string, error) {
+	return d.docker("exec", container, "sh", "-c",
+		fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w %d %s %s`, secs, addr, port))
+}
+
+// TestHostFirewallOff checks `tupper serve --host-firewall=off` beside
+// Docker: Tupper adds nothing to Docker's chains, so sandboxes have no
+// egress; serve warns at start with the commands that let them through;
+// doctor prints the same; once they are run, sandboxes reach the fake
+// internet; and the daemon's stop leaves them where the operator put them.
+func TestHostFirewallOff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots dockerd and gVisor sandboxes on a stand-in host")
+	}
+	testutil.RequiresRunsc(t)
+	h := testutil.NewStandInHost(t)
+	startDockerd(t, h, false)
+	root, err := os.MkdirTemp("", "te-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startServeDaemonOn(t, h, root, "--host-firewall=off")
+	const cmd = "iptables-nft -w 5 -I DOCKER-USER 1 -i tp+ -m comment --comment tupper -j ACCEPT"
+	if log := d.log(); !strings.Contains(log, "Docker (iptables-nft) drops sandboxes' traffic") || !strings.Contains(log, cmd) {
+		t.Errorf("serve did not warn with the commands to run:\n%s", tailLines(log, 40))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	sb := createSandbox(ctx, t, standInClient(t, h, d), true)
+	world := "http://" + testutil.StandInWorld.String() + "/"
+	if out := sandboxCurl(ctx, t, sb, world); strings.Contains(out, "world") {
+		t.Errorf("a sandbox reached the fake internet through Docker's FORWARD DROP, which Tupper was to leave alone: %s", out)
+	}
+	if fw := h.Run(t, "iptables-nft", "-S"); strings.Contains(fw, "tupper") {
+		t.Errorf("Tupper changed Docker's chains:\n%s", fw)
+	}
+	out, _ := h.Try(d.tupper, "doctor")
+	var fixes []string
+	for _, line := range strings.Split(out, "\n") {
+		if f, ok := strings.CutPrefix(strings.TrimSpace(line), "fix: iptables-nft"); ok {
+			fixes = strings.Split("iptables-nft"+f, "; ")
+		}
+	}
+	if len(fixes) != 2 || fixes[0] != cmd {
+		t.Fatalf("doctor does not print the commands to run: %v\n%s", fixes, out)
+	}
+	for _, f := range fixes {
+		args := strings.Fields(f)
+		h.Run(t, args[0], args[1:]...)
+	}
+	if out := sandboxCurl(ctx, t, sb, world); !strings.Contains(out, "world") {
+		t.Errorf("the sandbox does not reach the fake internet after doctor's commands: %s", out)
+	}
+	if out, _ := h.Try(d.tupper, "doctor"); !strings.Contains(out, "Tupper's accept for sandboxes is in DOCKER-USER") {
+		t.Errorf("doctor does not see the accept in place:\n%s", out)
+	}
+	sb.Kill(ctx)
+	d.stop(t)
+	if fw := h.Run(t, "iptables-nft", "-S", "DOCKER-USER"); !strings.Contains(fw, "-i tp+ -m comment --comment tupper -j ACCEPT") {
+		t.Errorf("the daemon's stop removed the accept the operator added:\n%s", fw)
+	}
+}
