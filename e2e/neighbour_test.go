@@ -396,3 +396,115 @@ func TestHostFirewallOff(t *testing.T) {
 		t.Errorf("the daemon's stop removed the accept the operator added:\n%s", fw)
 	}
 }
+
+// TestHostLeftAsFound checks that the host's network is left as Tupper
+// found it when `tupper serve` stops with no sandbox left: no nftables
+// table, sandbox interface, route, record or lock file (85 of them had
+// piled up on a test host), ufw's route rule gone, forwarding back off;
+// and the same after a SIGKILL, a restart and a stop. In between, doctor
+// and `tupper cleanup` say what is left and why it stays.
+func TestHostLeftAsFound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots gVisor sandboxes on a stand-in host")
+	}
+	testutil.RequiresRunsc(t)
+	requireTool(t, "ufw")
+	h := testutil.NewStandInHost(t, "/etc/ufw", "/etc/default/ufw")
+	h.Run(t, "ufw", "--force", "enable")
+	// Lock files of pools long gone, as a day of test runs left them.
+	h.Run(t, "sh", "-c", "mkdir -p /run/tupper && for i in 1 2 3 4 5; do touch /run/tupper/netpool-10-99-0-0_16.lock.$i; done")
+	root, err := os.MkdirTemp("", "te-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startServeDaemonOn(t, h, root)
+	client := standInClient(t, h, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	world := "http://" + testutil.StandInWorld.String() + "/"
+
+	// Start, a sandbox online through ufw, stop.
+	sb := createSandbox(ctx, t, client, true)
+	if out := sandboxCurl(ctx, t, sb, world); !strings.Contains(out, "world") {
+		t.Fatalf("sandbox to the fake internet: %s", out)
+	}
+	if h.Sysctl(t, "net/ipv4/ip_forward") != "1" {
+		t.Error("ip_forward is not on while a sandbox has egress")
+	}
+	if out, _ := h.Try("ufw", "show", "added"); !strings.Contains(out, "ufw route allow in on tp+ comment 'tupper'") {
+		t.Errorf("ufw lacks Tupper's route rule:\n%s", out)
+	}
+	if err := sb.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.stop(t)
+	checkLeftAsFound(t, h)
+	if !strings.Contains(d.log(), "the host is left as found") {
+		t.Errorf("the daemon's log does not say it cleaned up:\n%s", tailLines(d.log(), 20))
+	}
+
+	// Start, a sandbox, SIGKILL: the sandbox runs on, and what it needs
+	// stays, whatever cleans up.
+	d.start(t)
+	client = standInClient(t, h, d)
+	sb = createSandbox(ctx, t, client, true)
+	d.crash(t)
+	out, _ := h.Try(d.tupper, "doctor")
+	if !strings.Contains(out, "no Tupper process runs, but these are left: nftables table inet tupper; 1 sandbox interfaces") ||
+		!strings.Contains(out, "fix: tupper cleanup (or tupper doctor --fix)") {
+		t.Errorf("doctor after a SIGKILL does not name what is left:\n%s", out)
+	}
+	out = h.Run(t, d.tupper, "cleanup")
+	if !strings.Contains(out, "nothing removed: 1 sandbox interfaces remain") {
+		t.Errorf("tupper cleanup with a sandbox left: %s", out)
+	}
+	// Restart: the daemon takes its sandbox back, online still; kill it,
+	// stop.
+	d.start(t)
+	client = standInClient(t, h, d)
+	sb, err = client.Connect(ctx, sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := sandboxCurl(ctx, t, sb, world); !strings.Contains(out, "world") {
+		t.Errorf("sandbox to the fake internet after its daemon was killed and started again: %s", out)
+	}
+	if err := client.Kill(ctx, sb.ID()); err != nil {
+		t.Fatal(err)
+	}
+	d.stop(t)
+	checkLeftAsFound(t, h)
+	out = h.Run(t, d.tupper, "doctor", "--fix")
+	if !strings.Contains(out, "nothing to remove: the host's network is as Tupper found it") || !strings.Contains(out, "leftovers        none") {
+		t.Errorf("doctor --fix on a clean host:\n%s", out)
+	}
+}
+
+// checkLeftAsFound fails t if h holds anything of Tupper's network.
+func checkLeftAsFound(t *testing.T, h *testutil.StandInHost) {
+	t.Helper()
+	if out := h.Run(t, "nft", "list", "tables"); strings.Contains(out, "inet tupper") {
+		t.Errorf("the table is left:\n%s", out)
+	}
+	if out := h.Run(t, "ip", "-o", "link"); strings.Contains(out, "tupper:") || strings.Contains(out, ": tp") {
+		t.Errorf("sandbox interfaces are left:\n%s", out)
+	}
+	if out := h.Run(t, "ip", "route", "show", "type", "unreachable"); strings.TrimSpace(out) != "" {
+		t.Errorf("routes are left:\n%s", out)
+	}
+	if got := h.Sysctl(t, "net/ipv4/ip_forward"); got != "0" {
+		t.Errorf("ip_forward is %s, as Tupper turned it; it was 0", got)
+	}
+	if out, _ := h.Try("ufw", "show", "added"); strings.Contains(out, "tp+") {
+		t.Errorf("ufw's route rule is left:\n%s", out)
+	}
+	if out := h.Run(t, "iptables-nft", "-S"); strings.Contains(out, "tupper") {
+		t.Errorf("accepts are left in iptables:\n%s", out)
+	}
+	entries, _ := os.ReadDir(h.Path("/run/tupper"))
+	for _, e := range entries {
+		if name := e.Name(); !e.IsDir() {
+			t.Errorf("/run/tupper/%s is left", name)
+		}
+	}
+}

@@ -124,7 +124,7 @@ func planHostFirewalls(ctx context.Context, prefixes []string, subnets []netip.P
 		}
 		lines := strings.Split(dump, "\n")
 		docker := slices.Contains(lines, "-N DOCKER-USER")
-		ufw := slices.Contains(lines, "-N ufw-user-forward")
+		ufw := slices.Contains(lines, "-N ufw-user-forward") || slices.Contains(lines, "-N ufw6-user-forward")
 		drop := slices.Contains(lines, "-P FORWARD DROP")
 		var name, chain string
 		switch {
@@ -166,7 +166,7 @@ func planUFW(prefixes []string, dump []string) hostFirewallPlan {
 		add := []string{"ufw", "route", "allow", "in", "on", pre + "+", "comment", hostFirewallComment}
 		p.add = append(p.add, add)
 		p.Commands = append(p.Commands, shellLine(add))
-		if !slices.Contains(dump, "-A ufw-user-forward -i "+pre+"+ -j ACCEPT") {
+		if !slices.Contains(dump, "-A ufw-user-forward -i "+pre+"+ -j ACCEPT") && !slices.Contains(dump, "-A ufw6-user-forward -i "+pre+"+ -j ACCEPT") {
 			p.InPlace = false
 		}
 	}

@@ -299,14 +299,12 @@ func (h *StandInHost) Dial(ctx context.Context, network, addr string) (net.Conn,
 	return c, err
 }
 
-// Sysctl reads a sysctl of the host, e.g. "net/ipv4/ip_forward".
+// Sysctl reads a sysctl of the host, e.g. "net/ipv4/ip_forward". It is
+// read by a process on the host: /proc/sys/net shows the network
+// namespace of whoever reads it.
 func (h *StandInHost) Sysctl(t testing.TB, key string) string {
 	t.Helper()
-	b, err := os.ReadFile(h.Path("/proc/sys/" + key))
-	if err != nil {
-		t.Fatalf("stand-in host: sysctl %s: %v", key, err)
-	}
-	return strings.TrimSpace(string(b))
+	return strings.TrimSpace(h.Run(t, "cat", "/proc/sys/"+key))
 }
 
 // mountHolderPID finds the process, among the holder and its children,
