@@ -508,3 +508,101 @@ func checkLeftAsFound(t *testing.T, h *testutil.StandInHost) {
 		}
 	}
 }
+
+// TestBridgeNeighbour checks that a bridge with br_netfilter on, as a
+// Kubernetes node's CNI makes it (two pods on cni0, masqueraded out),
+// keeps pod-to-pod traffic and the pods' egress while Tupper runs on the
+// same host, after Tupper turned forwarding on; that Tupper's guard still
+// keeps the host from routing for its uplink (a neighbour on the uplink
+// cannot reach a pod through the host); that a sandbox is refused at once
+// by a pod; and that the last daemon's stop leaves forwarding on, for the
+// pods, and says why.
+func TestBridgeNeighbour(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots gVisor sandboxes on a stand-in host")
+	}
+	testutil.RequiresRunsc(t)
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		testutil.Skip(t, "busybox is not installed (busybox-static)")
+	}
+	h := testutil.NewStandInHost(t)
+	root, err := os.MkdirTemp("", "te-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startServeDaemonOn(t, h, root)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	client := standInClient(t, h, d)
+	sb := createSandbox(ctx, t, client, true)
+	if got := h.Sysctl(t, "net/ipv4/ip_forward"); got != "1" {
+		t.Fatalf("ip_forward %s after Tupper's first sandbox, want 1", got)
+	}
+
+	// The CNI bridge and two pods, made after Tupper's guard was up.
+	www := filepath.Join(h.Dir, "www")
+	os.MkdirAll(www, 0o755)
+	os.WriteFile(filepath.Join(www, "index.html"), []byte("pod\n"), 0o644)
+	h.Run(t, "sh", "-ec", `
+echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables
+ip link add cni0 type bridge; ip addr add 10.244.0.1/24 dev cni0; ip link set cni0 up
+for p in a b; do
+  ip netns add pod-$p
+  ip link add veth-$p type veth peer name eth0 netns pod-$p
+  ip link set veth-$p master cni0 up
+  ip -n pod-$p link set lo up; ip -n pod-$p link set eth0 up
+done
+ip -n pod-a addr add 10.244.0.2/24 dev eth0; ip -n pod-a route add default via 10.244.0.1
+ip -n pod-b addr add 10.244.0.3/24 dev eth0; ip -n pod-b route add default via 10.244.0.1
+iptables-nft -t nat -A POSTROUTING -s 10.244.0.0/24 ! -o cni0 -j MASQUERADE`)
+	if out := h.Sysctl(t, "net/bridge/bridge-nf-call-iptables"); out != "1" {
+		t.Fatalf("bridge-nf-call-iptables is %s", out)
+	}
+	pod := h.Command(context.Background(), "ip", "netns", "exec", "pod-b", busybox, "httpd", "-f", "-p", "80", "-h", www)
+	if err := pod.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pod.Process.Kill(); pod.Wait() })
+	get := func(from, addr string) (string, error) {
+		return h.Try("ip", "netns", "exec", from, "sh", "-c",
+			fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | %s nc -w 3 %s 80`, busybox, addr))
+	}
+	waitUntil(t, 10*time.Second, "pod-b serves", func() bool {
+		out, _ := h.Try("ip", "netns", "exec", "pod-b", "sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | %s nc -w 1 127.0.0.1 80`, busybox))
+		return strings.Contains(out, "pod")
+	})
+	if out, err := get("pod-a", "10.244.0.3"); err != nil || !strings.Contains(out, "pod") {
+		t.Errorf("pod to pod across the bridge: %v: %s", err, out)
+	}
+	if out, err := get("pod-a", testutil.StandInWorld.String()); err != nil || !strings.Contains(out, "world") {
+		t.Errorf("pod to the fake internet: %v: %s", err, out)
+	}
+	// A neighbour on the uplink that routes the pods' network through the
+	// host: the host was no router before Tupper, and is none for it now.
+	if out, err := h.RunInWorld("ip", "route", "add", "10.244.0.0/24", "via", h.UplinkAddr().String()); err != nil {
+		t.Fatalf("route in the world: %v: %s", err, out)
+	}
+	if out, err := h.RunInWorld("sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | %s nc -w 2 10.244.0.3 80`, busybox)); err == nil {
+		t.Errorf("a neighbour on the uplink reached a pod through the host: %s", out)
+	}
+	expectRefused(ctx, t, sb, "http://10.244.0.3/")
+	if out := sandboxCurl(ctx, t, sb, "http://"+testutil.StandInWorld.String()+"/"); !strings.Contains(out, "world") {
+		t.Errorf("sandbox to the fake internet: %s", out)
+	}
+
+	sb.Kill(ctx)
+	d.stop(t)
+	if got := h.Sysctl(t, "net/ipv4/ip_forward"); got != "1" {
+		t.Errorf("ip_forward %s after the last daemon stopped, but the pods rely on it", got)
+	}
+	if !strings.Contains(d.log(), "net.ipv4.ip_forward stays on: interface cni0 (bridge) forwards for other software") {
+		t.Errorf("the daemon's stop does not say why forwarding stays on:\n%s", tailLines(d.log(), 20))
+	}
+	if out, err := get("pod-a", "10.244.0.3"); err != nil || !strings.Contains(out, "pod") {
+		t.Errorf("pod to pod after Tupper stopped: %v: %s", err, out)
+	}
+	if out := h.Run(t, "nft", "list", "tables"); strings.Contains(out, "inet tupper") {
+		t.Errorf("the table is left:\n%s", out)
+	}
+}

@@ -276,6 +276,19 @@ func (h *StandInHost) Try(name string, args ...string) (string, error) {
 	return string(out), nil
 }
 
+// RunInWorld runs name args in the fake internet's namespace, a neighbour
+// of the host on its uplink, and returns its output and error.
+func (h *StandInHost) RunInWorld(name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + h.world, "--", name}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// UplinkAddr is the host's address on its uplink, which the world routes
+// to.
+func (h *StandInHost) UplinkAddr() netip.Addr { return standInUplink.Addr() }
+
 // Path returns where the host's path (under its own /run, say) is seen
 // from the test's mount namespace.
 func (h *StandInHost) Path(path string) string {
