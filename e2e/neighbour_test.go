@@ -37,23 +37,29 @@ func TestNeighbours(t *testing.T) {
 		name string
 		// docker starts dockerd, with iptables-legacy when legacy, before
 		// Tupper's first sandbox when first, else after it.
-		docker, legacy, first bool
-		ufw, dropPolicy       bool
-		// added is what the host's firewall must hold of Tupper's.
+		docker, legacy, first      bool
+		ufw, firewalld, dropPolicy bool
+		// added is a command that lists the host's firewall, and what it
+		// must show of Tupper's.
 		added []string
 	}{
-		{name: "docker-nft-first", docker: true, first: true, added: []string{"iptables-nft", "-A DOCKER-USER -i tp+ -m comment --comment tupper -j ACCEPT"}},
-		{name: "docker-nft-after", docker: true, added: []string{"iptables-nft", "-A DOCKER-USER -i tp+ -m comment --comment tupper -j ACCEPT"}},
-		{name: "docker-legacy-first", docker: true, legacy: true, first: true, added: []string{"iptables-legacy", "-A DOCKER-USER -i tp+ -m comment --comment tupper -j ACCEPT"}},
-		{name: "docker-legacy-after", docker: true, legacy: true, added: []string{"iptables-legacy", "-A DOCKER-USER -i tp+ -m comment --comment tupper -j ACCEPT"}},
-		{name: "ufw", ufw: true, added: []string{"iptables-nft", "-A ufw-user-forward -i tp+ -j ACCEPT"}},
-		{name: "forward-drop-legacy", dropPolicy: true, legacy: true, added: []string{"iptables-legacy", "-A FORWARD -i tp+ -m comment --comment tupper -j ACCEPT"}},
+		{name: "docker-nft-first", docker: true, first: true, added: []string{"iptables-nft -S", "-A DOCKER-USER -i tp+ -m comment --comment tupper -j ACCEPT"}},
+		{name: "docker-nft-after", docker: true, added: []string{"iptables-nft -S", "-A DOCKER-USER -i tp+ -m comment --comment tupper -j ACCEPT"}},
+		{name: "docker-legacy-first", docker: true, legacy: true, first: true, added: []string{"iptables-legacy -S", "-A DOCKER-USER -i tp+ -m comment --comment tupper -j ACCEPT"}},
+		{name: "docker-legacy-after", docker: true, legacy: true, added: []string{"iptables-legacy -S", "-A DOCKER-USER -i tp+ -m comment --comment tupper -j ACCEPT"}},
+		{name: "ufw", ufw: true, added: []string{"iptables-nft -S", "-A ufw-user-forward -i tp+ -j ACCEPT"}},
+		{name: "firewalld", firewalld: true, added: []string{"firewall-cmd --zone=tupper --list-all", "sources: 10.213.0.0/16"}},
+		{name: "forward-drop-legacy", dropPolicy: true, legacy: true, added: []string{"iptables-legacy -S", "-A FORWARD -i tp+ -m comment --comment tupper -j ACCEPT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var shadow []string
 			if tc.ufw {
 				requireTool(t, "ufw")
 				shadow = append(shadow, "/etc/ufw", "/etc/default/ufw")
+			}
+			if tc.firewalld {
+				requireTool(t, "firewalld")
+				shadow = append(shadow, "/etc/firewalld")
 			}
 			h := testutil.NewStandInHost(t, shadow...)
 			switch {
@@ -64,6 +70,8 @@ func TestNeighbours(t *testing.T) {
 					t.Fatalf("ufw's default forward policy is not DROP:\n%s", out)
 				}
 				h.Run(t, "ufw", "--force", "enable")
+			case tc.firewalld:
+				startFirewalld(t, h)
 			case tc.dropPolicy:
 				iptables := "iptables-nft"
 				if tc.legacy {
@@ -104,7 +112,8 @@ func TestNeighbours(t *testing.T) {
 			if dk != nil {
 				dk.checkNeighbourhood(ctx, t, open)
 			}
-			fw := h.Run(t, tc.added[0], "-S")
+			list := strings.Fields(tc.added[0])
+			fw := h.Run(t, list[0], list[1:]...)
 			if !strings.Contains(fw, tc.added[1]) {
 				t.Errorf("%s -S lacks Tupper's %q:\n%s", tc.added[0], tc.added[1], fw)
 			}
@@ -587,6 +596,23 @@ iptables-nft -t nat -A POSTROUTING -s 10.244.0.0/24 ! -o cni0 -j MASQUERADE`)
 		t.Errorf("a neighbour on the uplink reached a pod through the host: %s", out)
 	}
 	expectRefused(ctx, t, sb, "http://10.244.0.3/")
+	// A VM bridge made after the sandbox started, with addresses that no
+	// always-denied range holds: the sandbox is refused it too, within
+	// the few seconds Tupper takes to look at the host again.
+	h.Run(t, "sh", "-ec", `
+ip link add vmbr0 type bridge; ip addr add 198.51.100.129/26 dev vmbr0; ip link set vmbr0 up
+ip netns add vm; ip link add veth-vm type veth peer name eth0 netns vm
+ip link set veth-vm master vmbr0 up; ip -n vm link set lo up; ip -n vm link set eth0 up
+ip -n vm addr add 198.51.100.130/26 dev eth0; ip -n vm route add default via 198.51.100.129`)
+	vm := h.Command(context.Background(), "ip", "netns", "exec", "vm", busybox, "httpd", "-f", "-p", "80", "-h", www)
+	if err := vm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Process.Kill(); vm.Wait() })
+	waitUntil(t, 15*time.Second, "the sandbox is refused the VM bridge made after it", func() bool {
+		return strings.Contains(sandboxCurl(ctx, t, sb, "http://198.51.100.130/"), "rc=7")
+	})
+	expectRefused(ctx, t, sb, "http://198.51.100.130/")
 	if out := sandboxCurl(ctx, t, sb, "http://"+testutil.StandInWorld.String()+"/"); !strings.Contains(out, "world") {
 		t.Errorf("sandbox to the fake internet: %s", out)
 	}
@@ -605,4 +631,38 @@ iptables-nft -t nat -A POSTROUTING -s 10.244.0.0/24 ! -o cni0 -j MASQUERADE`)
 	if out := h.Run(t, "nft", "list", "tables"); strings.Contains(out, "inet tupper") {
 		t.Errorf("the table is left:\n%s", out)
 	}
+}
+
+// startFirewalld starts firewalld, with its nftables backend, on h, and a
+// system bus for it; both stop when t ends.
+func startFirewalld(t *testing.T, h *testutil.StandInHost) {
+	t.Helper()
+	h.Run(t, "mkdir", "-p", "/run/dbus")
+	bus := strings.TrimSpace(h.Run(t, "dbus-daemon", "--system", "--fork", "--print-pid"))
+	t.Cleanup(func() {
+		if pid, err := strconv.Atoi(bus); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	if out := h.Run(t, "cat", "/etc/firewalld/firewalld.conf"); !strings.Contains(out, "FirewallBackend=nftables") {
+		t.Fatalf("firewalld's backend is not nftables:\n%s", out)
+	}
+	logf, err := os.Create(filepath.Join(h.Dir, "firewalld.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := h.Command(context.Background(), "firewalld", "--nofork", "--nopid")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		logf.Close()
+	})
+	waitUntil(t, time.Minute, "firewalld runs", func() bool {
+		out, _ := h.Try("firewall-cmd", "--state")
+		return strings.TrimSpace(out) == "running"
+	})
 }

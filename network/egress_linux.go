@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -39,6 +40,11 @@ type Egress struct {
 	baseMu   sync.Mutex
 	baseDone bool
 	v6Done   bool // IPv6 forwarding is on
+
+	// fwMu orders the changes of sandboxes' rules with the records of
+	// them (byID, each sandboxNet's policy), so that refuseNewNetworks
+	// never installs the rules of a policy or a sandbox that is gone.
+	fwMu sync.Mutex
 
 	// stopWatch ends the watch over the host's firewalls (watchHost).
 	stopWatch chan struct{}
@@ -115,8 +121,10 @@ func NewEgress(cfg EgressConfig) (_ *Egress, retErr error) {
 // until the accept is back.
 const hostWatchEvery = 5 * time.Second
 
-// watchHost keeps the host's firewalls admitting sandboxes, every
-// hostWatchEvery while any sandbox has egress, until Close.
+// watchHost keeps the host's firewalls admitting sandboxes, and
+// sandboxes out of networks attached to the host since they started
+// (refuseNewNetworks), every hostWatchEvery while any sandbox has egress,
+// until Close.
 func (e *Egress) watchHost() {
 	defer close(e.watchDone)
 	t := time.NewTicker(hostWatchEvery)
@@ -135,7 +143,34 @@ func (e *Egress) watchHost() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		e.admit(ctx)
+		e.refuseNewNetworks(ctx)
 		cancel()
+	}
+}
+
+// refuseNewNetworks installs every sandbox's rules again when the host's
+// networks changed since they were installed: a bridge made later (a VM
+// network, a container network outside the always-denied ranges) is then
+// refused to sandboxes that started before it, within hostWatchEvery.
+func (e *Egress) refuseNewNetworks(ctx context.Context) {
+	now := e.refreshForbidden()
+	e.mu.RLock()
+	all := slices.Collect(maps.Values(e.byID))
+	e.mu.RUnlock()
+	for _, sb := range all {
+		e.fwMu.Lock()
+		e.mu.RLock()
+		current := e.byID[sb.id] == sb
+		e.mu.RUnlock()
+		sb.mu.Lock()
+		stale := !slices.Equal(sb.refused, now)
+		sb.mu.Unlock()
+		if current && stale {
+			if err := e.install(ctx, sb, sb.Policy()); err != nil {
+				e.log.Warn("egress: refuse the host's new networks", "sandbox", sb.id, "err", err)
+			}
+		}
+		e.fwMu.Unlock()
 	}
 }
 
@@ -203,6 +238,8 @@ func (e *Egress) Apply(ctx context.Context, ep *Endpoint) error {
 	}
 	pol := netpolicy.Compile(ep.Egress)
 	sb := newSandboxNet(ep, pol, e.log)
+	e.fwMu.Lock()
+	defer e.fwMu.Unlock()
 	if err := e.install(ctx, sb, pol); err != nil {
 		return err
 	}
@@ -230,6 +267,8 @@ func (e *Egress) Update(ctx context.Context, ep *Endpoint) error {
 		return e.Apply(ctx, ep)
 	}
 	pol := netpolicy.Compile(ep.Egress)
+	e.fwMu.Lock()
+	defer e.fwMu.Unlock()
 	if err := e.install(ctx, sb, pol); err != nil {
 		return err
 	}
@@ -241,6 +280,7 @@ func (e *Egress) Update(ctx context.Context, ep *Endpoint) error {
 
 // Remove implements Policy. It is idempotent.
 func (e *Egress) Remove(ctx context.Context, ep *Endpoint) error {
+	e.fwMu.Lock()
 	err := removeSandboxFirewall(ctx, ep.HostIf)
 	e.mu.Lock()
 	sb := e.byID[ep.ID]
@@ -250,6 +290,7 @@ func (e *Egress) Remove(ctx context.Context, ep *Endpoint) error {
 		delete(e.byIf, sb.hostIf)
 	}
 	e.mu.Unlock()
+	e.fwMu.Unlock()
 	if sb != nil {
 		sb.closeAll()
 	}
@@ -283,6 +324,7 @@ func (e *Egress) install(ctx context.Context, sb *sandboxNet, pol *netpolicy.Com
 	}
 	sb.mu.Lock()
 	sb.ruleNames = names
+	sb.refused = forbidden
 	sb.mu.Unlock()
 	return nil
 }
