@@ -26,8 +26,9 @@ import (
 // refused at once, and that Tupper breaks nothing of its neighbours':
 // Debian's real dockerd in both orders (Docker before Tupper, and Tupper,
 // with a sandbox, before Docker) with iptables-nft and with
-// iptables-legacy, real ufw enabled, and a FORWARD policy of DROP set by
-// hand.
+// iptables-legacy, real ufw enabled, firewalld, and a FORWARD policy of DROP set by
+// hand (with INPUT dropped too). In each, the sandboxes' lookups reach
+// their resolver, the daemon, at once.
 func TestNeighbours(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots dockerd and gVisor sandboxes on stand-in hosts")
@@ -77,17 +78,18 @@ func TestNeighbours(t *testing.T) {
 				if tc.legacy {
 					iptables = "iptables-legacy"
 				}
+				// A firewall made by hand: loopback and replies in,
+				// nothing else; nothing forwarded.
+				h.Run(t, iptables, "-A", "INPUT", "-i", "lo", "-j", "ACCEPT")
+				h.Run(t, iptables, "-A", "INPUT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
+				h.Run(t, iptables, "-P", "INPUT", "DROP")
 				h.Run(t, iptables, "-P", "FORWARD", "DROP")
 			}
 			var dk *dockerd
 			if tc.docker && tc.first {
 				dk = startDockerd(t, h, tc.legacy)
 			}
-			root, err := os.MkdirTemp("", "te-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := startServeDaemonOn(t, h, root)
+			d := serveOn(t, h)
 			client := standInClient(t, h, d)
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
@@ -109,6 +111,7 @@ func TestNeighbours(t *testing.T) {
 				t.Errorf("sandbox to the fake internet: %s", out)
 			}
 			expectRefused(ctx, t, closed, world)
+			expectResolverAnswers(ctx, t, open)
 			if dk != nil {
 				dk.checkNeighbourhood(ctx, t, open)
 			}
@@ -123,6 +126,19 @@ func TestNeighbours(t *testing.T) {
 			}
 		})
 	}
+}
+
+// serveOn starts `tupper serve` on h, with args, in a state directory of
+// its own. Its sandboxes' lookups go to the fake internet, which has no
+// DNS server: each fails at once (port unreachable), so a slow one says
+// the host's firewall keeps it from the daemon.
+func serveOn(t *testing.T, h *testutil.StandInHost, args ...string) *serveDaemon {
+	t.Helper()
+	root, err := os.MkdirTemp("", "te-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startServeDaemonOn(t, h, root, append([]string{"--dns-upstream", testutil.StandInWorld.String()}, args...)...)
 }
 
 // standInClient returns an SDK client of d, which runs on h.
@@ -176,6 +192,24 @@ func expectRefused(ctx context.Context, t *testing.T, sb *sdk.Sandbox, url strin
 	secs, err := strconv.ParseFloat(strings.Fields(out[i+len("time="):])[0], 64)
 	if err != nil || secs > 1 {
 		t.Errorf("sandbox to %s: refused after %v s, want within a second: %s", url, secs, out)
+	}
+}
+
+// expectResolverAnswers checks that sb's resolver, the daemon on the
+// host, answers a lookup within two seconds: the host's firewall lets a
+// sandbox's DNS reach the daemon. The stand-in host has no upstream
+// resolver, so the answer is a failure, but a quick one.
+func expectResolverAnswers(ctx context.Context, t *testing.T, sb *sdk.Sandbox) {
+	t.Helper()
+	res, err := sb.Commands.Run(ctx, `sh -c 's=$(date +%s%N); getent hosts nowhere.test; rc=$?; e=$(date +%s%N); echo rc=$rc ms=$(( (e-s)/1000000 ))'`)
+	if err != nil {
+		t.Fatalf("a lookup in the sandbox: %v", err)
+	}
+	out := res.Stdout + res.Stderr
+	i := strings.Index(out, "ms=")
+	ms, err := strconv.Atoi(strings.TrimSpace(out[i+3:]))
+	if i < 0 || err != nil || ms > 2000 {
+		t.Errorf("the sandbox's resolver did not answer within 2 s: %s", out)
 	}
 }
 
@@ -360,11 +394,7 @@ func TestHostFirewallOff(t *testing.T) {
 	testutil.RequiresRunsc(t)
 	h := testutil.NewStandInHost(t)
 	startDockerd(t, h, false)
-	root, err := os.MkdirTemp("", "te-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := startServeDaemonOn(t, h, root, "--host-firewall=off")
+	d := serveOn(t, h, "--host-firewall=off")
 	const cmd = "iptables-nft -w 5 -I DOCKER-USER 1 -i tp+ -m comment --comment tupper -j ACCEPT"
 	if log := d.log(); !strings.Contains(log, "Docker (iptables-nft) drops sandboxes' traffic") || !strings.Contains(log, cmd) {
 		t.Errorf("serve did not warn with the commands to run:\n%s", tailLines(log, 40))
@@ -422,11 +452,7 @@ func TestHostLeftAsFound(t *testing.T) {
 	h.Run(t, "ufw", "--force", "enable")
 	// Lock files of pools long gone, as a day of test runs left them.
 	h.Run(t, "sh", "-c", "mkdir -p /run/tupper && for i in 1 2 3 4 5; do touch /run/tupper/netpool-10-99-0-0_16.lock.$i; done")
-	root, err := os.MkdirTemp("", "te-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := startServeDaemonOn(t, h, root)
+	d := serveOn(t, h)
 	client := standInClient(t, h, d)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -471,7 +497,7 @@ func TestHostLeftAsFound(t *testing.T) {
 	// stop.
 	d.start(t)
 	client = standInClient(t, h, d)
-	sb, err = client.Connect(ctx, sb.ID())
+	sb, err := client.Connect(ctx, sb.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,11 +562,7 @@ func TestBridgeNeighbour(t *testing.T) {
 		testutil.Skip(t, "busybox is not installed (busybox-static)")
 	}
 	h := testutil.NewStandInHost(t)
-	root, err := os.MkdirTemp("", "te-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := startServeDaemonOn(t, h, root)
+	d := serveOn(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	client := standInClient(t, h, d)

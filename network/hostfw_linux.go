@@ -126,6 +126,11 @@ func planHostFirewalls(ctx context.Context, prefixes []string, subnets []netip.P
 		docker := slices.Contains(lines, "-N DOCKER-USER")
 		ufw := slices.Contains(lines, "-N ufw-user-forward") || slices.Contains(lines, "-N ufw6-user-forward")
 		drop := slices.Contains(lines, "-P FORWARD DROP")
+		if !ufw && !x.v6 && slices.Contains(lines, "-P INPUT DROP") {
+			// A sandbox's lookups and proxied connections reach the
+			// daemon on 127.0.0.1 through the input hook.
+			plans = append(plans, planXtables(x, x.flavour()+" INPUT policy DROP", "INPUT", [][]string{loopbackRule}))
+		}
 		var name, chain string
 		switch {
 		case docker:
@@ -141,16 +146,11 @@ func planHostFirewalls(ctx context.Context, prefixes []string, subnets []netip.P
 		default:
 			continue
 		}
-		p := hostFirewallPlan{HostFirewall: HostFirewall{Name: name, Place: chain}}
+		var rules [][]string
 		for _, pre := range prefixes {
-			for _, r := range acceptRules(pre) {
-				p.check = append(p.check, slices.Concat([]string{x.bin, "-w", "5", "-C", chain}, r))
-				add := slices.Concat([]string{x.bin, "-w", "5", "-I", chain, "1"}, r)
-				p.add = append(p.add, add)
-				p.Commands = append(p.Commands, shellLine(add))
-			}
+			rules = append(rules, acceptRules(pre)...)
 		}
-		plans = append(plans, p)
+		plans = append(plans, planXtables(x, name, chain, rules))
 	}
 	if slices.Contains(strings.Split(tables, "\n"), "table inet firewalld") {
 		plans = append(plans, planFirewalld(subnets))
@@ -158,16 +158,45 @@ func planHostFirewalls(ctx context.Context, prefixes []string, subnets []netip.P
 	return plans
 }
 
-// planUFW plans ufw's route rule. ufw writes it into ufw-user-forward,
-// where dump (iptables -S of the filter table) shows whether it is there.
-func planUFW(prefixes []string, dump []string) hostFirewallPlan {
-	p := hostFirewallPlan{HostFirewall: HostFirewall{Name: "ufw", Place: "ufw route rules", InPlace: true}}
-	for _, pre := range prefixes {
-		add := []string{"ufw", "route", "allow", "in", "on", pre + "+", "comment", hostFirewallComment}
+// loopbackRule accepts what a sandbox sends to the daemon's resolver and
+// egress proxy, which Tupper's table DNATs to 127.0.0.1 (and refuses
+// when it did not). It names no prefix: tp+ is the only one the daemon
+// uses, and the rule is there for its sandboxes.
+var loopbackRule = []string{"-i", DefaultIfPrefix + "+", "-d", "127.0.0.1", "-m", "comment", "--comment", hostFirewallComment, "-j", "ACCEPT"}
+
+// planXtables plans rules at the top of chain of x's filter table.
+func planXtables(x xtables, name, chain string, rules [][]string) hostFirewallPlan {
+	p := hostFirewallPlan{HostFirewall: HostFirewall{Name: name, Place: chain}}
+	for _, r := range rules {
+		p.check = append(p.check, slices.Concat([]string{x.bin, "-w", "5", "-C", chain}, r))
+		add := slices.Concat([]string{x.bin, "-w", "5", "-I", chain, "1"}, r)
 		p.add = append(p.add, add)
 		p.Commands = append(p.Commands, shellLine(add))
-		if !slices.Contains(dump, "-A ufw-user-forward -i "+pre+"+ -j ACCEPT") && !slices.Contains(dump, "-A ufw6-user-forward -i "+pre+"+ -j ACCEPT") {
-			p.InPlace = false
+	}
+	return p
+}
+
+// planUFW plans ufw's rules: a route rule for sandboxes' traffic, and,
+// since ufw drops incoming connections by default, a rule for their
+// lookups and proxied connections, which reach the daemon on 127.0.0.1
+// (Tupper's table DNATs them there, and refuses the rest). ufw writes
+// them into ufw-user-forward and ufw-user-input, where dump (iptables -S
+// of the filter table) shows whether they are there.
+func planUFW(prefixes []string, dump []string) hostFirewallPlan {
+	p := hostFirewallPlan{HostFirewall: HostFirewall{Name: "ufw", Place: "ufw rules", InPlace: true}}
+	for _, pre := range prefixes {
+		for _, r := range []struct {
+			add  []string
+			line string
+		}{
+			{[]string{"ufw", "route", "allow", "in", "on", pre + "+", "comment", hostFirewallComment}, "-A ufw-user-forward -i " + pre + "+ -j ACCEPT"},
+			{[]string{"ufw", "allow", "in", "on", pre + "+", "to", "127.0.0.1", "comment", hostFirewallComment}, "-A ufw-user-input -d 127.0.0.1/32 -i " + pre + "+ -j ACCEPT"},
+		} {
+			p.add = append(p.add, r.add)
+			p.Commands = append(p.Commands, shellLine(r.add))
+			if !slices.Contains(dump, r.line) {
+				p.InPlace = false
+			}
 		}
 	}
 	return p
@@ -269,7 +298,7 @@ func removeHostFirewallAccepts(ctx context.Context) ([]string, error) {
 			if len(f) < 2 || f[0] != "-A" || !strings.Contains(line, "--comment "+hostFirewallComment+" ") {
 				continue
 			}
-			if strings.HasPrefix(f[1], "ufw-") {
+			if strings.HasPrefix(f[1], "ufw") {
 				continue // ufw's own, removed through ufw below
 			}
 			f[0] = "-D"
@@ -280,21 +309,10 @@ func removeHostFirewallAccepts(ctx context.Context) ([]string, error) {
 			removed = append(removed, x.bin+" "+strings.Join(f, " "))
 		}
 		if strings.Contains(dump, "-N ufw-user-forward") {
-			for _, line := range strings.Split(dump, "\n") {
-				pre, ok := strings.CutPrefix(line, "-A ufw-user-forward -i ")
-				if !ok || !strings.HasSuffix(pre, "+ -j ACCEPT") {
-					continue
-				}
-				iface := strings.TrimSuffix(pre, " -j ACCEPT")
-				if !ufwRuleIsOurs(ctx, iface) {
-					continue
-				}
-				del := []string{"ufw", "route", "delete", "allow", "in", "on", iface}
-				if _, err := commandOutput(ctx, del[0], del[1:]...); err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				removed = append(removed, shellLine(del))
+			r, err := removeUFWRules(ctx)
+			removed = append(removed, r...)
+			if err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
@@ -315,20 +333,34 @@ func removeHostFirewallAccepts(ctx context.Context) ([]string, error) {
 	return removed, errors.Join(errs...)
 }
 
-// ufwRuleIsOurs reports whether ufw's route rule for iface (e.g. "tp+")
-// carries Tupper's comment: a rule the administrator added by hand is
-// theirs to keep. ufw keeps comments in its rules files only.
-func ufwRuleIsOurs(ctx context.Context, iface string) bool {
+// removeUFWRules deletes the ufw rules that carry Tupper's comment: a
+// rule the administrator added by hand is theirs to keep. ufw keeps
+// comments in its rules files only, and `ufw show added` lists them.
+func removeUFWRules(ctx context.Context) ([]string, error) {
 	out, err := commandOutput(ctx, "ufw", "show", "added")
 	if err != nil {
-		return false
+		return nil, err
 	}
+	var removed []string
+	var errs []error
 	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, "route allow in on "+iface) && strings.Contains(line, "comment '"+hostFirewallComment+"'") {
-			return true
+		rule, ok := strings.CutSuffix(strings.TrimSpace(line), " comment '"+hostFirewallComment+"'")
+		if !ok || !strings.HasPrefix(rule, "ufw ") {
+			continue
 		}
+		args := strings.Fields(rule)[1:] // e.g. route allow in on tp+
+		if args[0] == "route" {
+			args = slices.Concat([]string{"route", "delete"}, args[1:])
+		} else {
+			args = append([]string{"delete"}, args...)
+		}
+		if _, err := commandOutput(ctx, "ufw", args...); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, "ufw "+strings.Join(args, " "))
 	}
-	return false
+	return removed, errors.Join(errs...)
 }
 
 // commandOutput runs name with args, bounded by hostFirewallTimeout, and

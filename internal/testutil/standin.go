@@ -3,7 +3,6 @@ package testutil
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -235,12 +234,10 @@ mount -t tmpfs -o mode=755 tmpfs /run
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// unshare forks sh; the namespace is that of the newest descendant.
-	pid, err := h.mountHolderPID()
-	if err != nil {
-		t.Fatalf("stand-in host: %v", err)
-	}
-	h.holderPID = pid
+	// nsenter, unshare (without --fork) and sh each exec the next, and
+	// sh execs sleep: one process throughout, in the host's mount
+	// namespace. (Its children were the mount commands and touch.)
+	h.holderPID = cmd.Process.Pid
 }
 
 // Command returns cmd name args run on the host: in its network and mount
@@ -318,22 +315,4 @@ func (h *StandInHost) Dial(ctx context.Context, network, addr string) (net.Conn,
 func (h *StandInHost) Sysctl(t testing.TB, key string) string {
 	t.Helper()
 	return strings.TrimSpace(h.Run(t, "cat", "/proc/sys/"+key))
-}
-
-// mountHolderPID finds the process, among the holder and its children,
-// that runs `sleep infinity` in the host's mount namespace.
-func (h *StandInHost) mountHolderPID() (int, error) {
-	pid := h.holder.Process.Pid
-	for range 8 {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
-		if err != nil {
-			return 0, err
-		}
-		kids := strings.Fields(string(b))
-		if len(kids) == 0 {
-			return pid, nil
-		}
-		pid, _ = strconv.Atoi(kids[0])
-	}
-	return 0, errors.New("no process holds the mount namespace")
 }
