@@ -333,7 +333,7 @@ func startDockerd(t *testing.T, h *testutil.StandInHost, legacy bool) *dockerd {
 		t.Fatalf("docker import: %v: %s", err, out)
 	}
 	for _, c := range [][]string{
-		{"run", "-d", "--name", "c1", "tupper-test/busybox", "/bin/httpd", "-f", "-p", "80", "-h", "/www"},
+		{"run", "-d", "--name", "c1", "-p", "8080:80", "tupper-test/busybox", "/bin/httpd", "-f", "-p", "80", "-h", "/www"},
 		{"run", "-d", "--name", "c2", "tupper-test/busybox", "/bin/sleep", "3600"},
 	} {
 		if out, err := d.docker(c...); err != nil {
@@ -368,11 +368,23 @@ func (d *dockerd) checkNeighbourhood(ctx context.Context, t *testing.T, sb *sdk.
 		t.Errorf("container to the fake internet: %v: %s", err, out)
 	}
 	expectRefused(ctx, t, sb, "http://"+d.c1+"/")
+	// c1's port published on the host's address: Docker's DNAT turns
+	// the connection towards c1, and the sandbox's chain sees c1.
+	if out, err := h2world(d.h); err != nil || !strings.Contains(out, "container") {
+		t.Errorf("c1's published port from the uplink's neighbour: %v: %s", err, out)
+	}
+	expectRefused(ctx, t, sb, "http://"+d.h.UplinkAddr().String()+":8080/")
 	addr := sandboxAddr(ctx, t, sb)
 	// The agent listens on 49983 in every sandbox.
 	if out, err := d.get("c2", addr, "49983", 3); err == nil {
 		t.Errorf("a container reached into the sandbox at %s: %s", addr, out)
 	}
+}
+
+// h2world fetches c1's page through the port the host publishes, from
+// the fake internet, as a client of the published port would.
+func h2world(h *testutil.StandInHost) (string, error) {
+	return h.RunInWorld("sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | busybox nc -w 3 %s 8080`, h.UplinkAddr()))
 }
 
 // get sends an HTTP GET from container to addr:port with busybox's nc,
@@ -618,6 +630,14 @@ iptables-nft -t nat -A POSTROUTING -s 10.244.0.0/24 ! -o cni0 -j MASQUERADE`)
 		t.Errorf("a neighbour on the uplink reached a pod through the host: %s", out)
 	}
 	expectRefused(ctx, t, sb, "http://10.244.0.3/")
+	// Nor does the host route a neighbour on the uplink into a sandbox.
+	sbAddr := sandboxAddr(ctx, t, sb)
+	if out, err := h.RunInWorld("ip", "route", "add", "10.213.0.0/16", "via", h.UplinkAddr().String()); err != nil {
+		t.Fatalf("route in the world: %v: %s", err, out)
+	}
+	if out, err := h.RunInWorld("sh", "-c", fmt.Sprintf(`printf 'GET /health HTTP/1.0\r\n\r\n' | %s nc -w 2 %s 49983`, busybox, sbAddr)); err == nil {
+		t.Errorf("a neighbour on the uplink reached into the sandbox at %s: %s", sbAddr, out)
+	}
 	// A VM bridge made after the sandbox started, with addresses that no
 	// always-denied range holds: the sandbox is refused it too, within
 	// the few seconds Tupper takes to look at the host again.
