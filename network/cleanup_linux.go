@@ -231,12 +231,13 @@ var foreignForwarders = []string{"bridge", "tun", "tuntap", "wireguard", "vxlan"
 // start is not either.
 func othersForward(ctx context.Context) (string, bool) {
 	links, _ := netlink.LinkList()
+	uplinks := defaultRouteLinks(netlink.FAMILY_V4, netlink.FAMILY_V6)
 	for _, l := range links {
 		a := l.Attrs()
 		if strings.HasPrefix(a.Alias, "tupper:") || !slices.Contains(foreignForwarders, l.Type()) {
 			continue
 		}
-		if l.Type() == "bridge" && isDefaultRouteLink(a.Index) {
+		if l.Type() == "bridge" && slices.ContainsFunc(uplinks, func(u netlink.Link) bool { return u.Attrs().Index == a.Index }) {
 			continue // the host's own uplink, as with a bridged NIC
 		}
 		return fmt.Sprintf("interface %s (%s) forwards for other software", a.Name, l.Type()), true
@@ -263,29 +264,6 @@ func othersForward(ctx context.Context) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// isDefaultRouteLink reports whether a default route goes through the
-// interface of index idx.
-func isDefaultRouteLink(idx int) bool {
-	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		routes, err := netlink.RouteListFiltered(fam, &netlink.Route{Dst: nil}, 0)
-		if err != nil {
-			continue
-		}
-		for _, r := range routes {
-			if r.LinkIndex != idx {
-				continue
-			}
-			if r.Dst == nil {
-				return true
-			}
-			if ones, _ := r.Dst.Mask.Size(); ones == 0 {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // removeRunFiles removes Tupper's network records and lock files from

@@ -451,21 +451,10 @@ func (e *Egress) kernelDenial(hostIf string, idx int, proto string, dst netip.Ad
 // through an interface that is not a sandbox's: whether sandboxes can be
 // given IPv6 egress.
 func HostHasIPv6Route() bool {
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Dst: nil}, 0)
-	if err != nil {
-		return false
-	}
-	for _, r := range routes {
-		if r.Dst != nil {
-			if ones, _ := r.Dst.Mask.Size(); ones != 0 {
-				continue // not a default route
-			}
+	for _, link := range defaultRouteLinks(netlink.FAMILY_V6) {
+		if name := link.Attrs().Name; !strings.HasPrefix(name, DefaultIfPrefix) && name != "lo" {
+			return true
 		}
-		link, err := netlink.LinkByIndex(r.LinkIndex)
-		if err != nil || strings.HasPrefix(link.Attrs().Name, DefaultIfPrefix) || link.Attrs().Name == "lo" {
-			continue
-		}
-		return true
 	}
 	return false
 }

@@ -320,7 +320,21 @@ func installBase(ctx context.Context, prefix string, sw *forwardSwitch) error {
 // those must pass.
 func guardedUplinks() []string {
 	var out []string
-	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+	for _, link := range defaultRouteLinks(netlink.FAMILY_V4, netlink.FAMILY_V6) {
+		name := link.Attrs().Name
+		if link.Type() == "bridge" || name == "lo" || isSandboxIf(name) || !hostIfPattern.MatchString(name) {
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// defaultRouteLinks returns the interfaces that hold a default route of
+// the families, each once.
+func defaultRouteLinks(families ...int) []netlink.Link {
+	var out []netlink.Link
+	for _, fam := range families {
 		routes, err := netlink.RouteListFiltered(fam, &netlink.Route{Dst: nil}, 0)
 		if err != nil {
 			continue
@@ -331,15 +345,12 @@ func guardedUplinks() []string {
 					continue
 				}
 			}
-			link, err := netlink.LinkByIndex(r.LinkIndex)
-			if err != nil {
+			if slices.ContainsFunc(out, func(l netlink.Link) bool { return l.Attrs().Index == r.LinkIndex }) {
 				continue
 			}
-			name := link.Attrs().Name
-			if link.Type() == "bridge" || name == "lo" || isSandboxIf(name) || !hostIfPattern.MatchString(name) || slices.Contains(out, name) {
-				continue
+			if link, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
+				out = append(out, link)
 			}
-			out = append(out, name)
 		}
 	}
 	return out
