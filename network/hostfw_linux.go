@@ -103,7 +103,10 @@ func acceptRules(prefix string) [][]string {
 type hostFirewallPlan struct {
 	HostFirewall
 	check [][]string // all succeed when the accept is in place
-	add   [][]string
+	// checkRules, when set, tells instead of check from the rules
+	// nftables holds.
+	checkRules func(ctx context.Context) bool
+	add        [][]string
 }
 
 // planHostFirewalls finds the host's firewalls that filter forwarded
@@ -211,8 +214,25 @@ func planFirewalld(subnets []netip.Prefix) hostFirewallPlan {
 		fc("--permanent", "--new-zone="+firewalldZone),
 		fc("--permanent", "--zone="+firewalldZone, "--set-target=ACCEPT"))
 	for _, s := range subnets {
-		p.check = append(p.check, fc("--zone="+firewalldZone, "--query-source="+s.String()))
 		p.add = append(p.add, fc("--permanent", "--zone="+firewalldZone, "--add-source="+s.String()))
+	}
+	// What firewalld made of the zone, read from its table: asking
+	// firewall-cmd takes a quarter of a second, nft a few milliseconds.
+	p.checkRules = func(ctx context.Context) bool {
+		rules, err := commandOutput(ctx, "nft", "list", "table", "inet", "firewalld")
+		if err != nil {
+			return false
+		}
+		for _, s := range subnets {
+			family := "ip"
+			if s.Addr().Is6() {
+				family = "ip6"
+			}
+			if !strings.Contains(rules, family+" saddr "+s.Masked().String()+" goto filter_FWD_"+firewalldZone+"\n") {
+				return false
+			}
+		}
+		return true
 	}
 	p.add = append(p.add, fc("--reload"))
 	for _, c := range p.add {
@@ -223,6 +243,10 @@ func planFirewalld(subnets []netip.Prefix) hostFirewallPlan {
 
 // inPlace works out p.InPlace from its checks, unless its plan knew.
 func (p *hostFirewallPlan) inPlace(ctx context.Context) {
+	if p.checkRules != nil {
+		p.InPlace = p.Err == "" && p.checkRules(ctx)
+		return
+	}
 	if p.Err != "" || len(p.check) == 0 {
 		return
 	}
