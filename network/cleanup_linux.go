@@ -41,13 +41,8 @@ var (
 // accepts and removes them.
 func HostCleanup(ctx context.Context, leaveFirewalls bool) (*CleanupReport, error) {
 	rep := &CleanupReport{}
-	if _, err := os.Stat(runDir); errors.Is(err, fs.ErrNotExist) {
-		if n, err := sandboxLinks(); err != nil || n > 0 {
-			rep.Skipped = fmt.Sprintf("%d sandbox interfaces remain", n)
-			return rep, err
-		}
-		return rep, removeTable(ctx, rep)
-	}
+	// Taken even where runDir is gone (a host whose /run was emptied
+	// while the table stayed): a daemon that starts meanwhile must wait.
 	users, err := flockPath(ctx, usersLock, unix.LOCK_EX, false)
 	if errors.Is(err, unix.EWOULDBLOCK) {
 		rep.Skipped = "another Tupper process uses the network"

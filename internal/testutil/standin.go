@@ -19,6 +19,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // The stand-in host's addresses. Both namespaces are the test's own, so
@@ -76,6 +77,7 @@ func NewStandInHost(t testing.TB, shadow ...string) *StandInHost {
 			Skip(t, tool+" is missing (util-linux)")
 		}
 	}
+	removeStaleStandIns(t)
 	n := standInCount.Add(1)
 	h := &StandInHost{
 		NS:    fmt.Sprintf("tupper-host-%d-%d", os.Getpid(), n),
@@ -315,4 +317,38 @@ func (h *StandInHost) Dial(ctx context.Context, network, addr string) (net.Conn,
 func (h *StandInHost) Sysctl(t testing.TB, key string) string {
 	t.Helper()
 	return strings.TrimSpace(h.Run(t, "cat", "/proc/sys/"+key))
+}
+
+// removeStaleStandIns removes the namespaces of stand-in hosts whose test
+// process died before its cleanup (killed by a timeout, say), and ends
+// the programs still running in them: their daemons, dockerd, firewalld.
+func removeStaleStandIns(t testing.TB) {
+	t.Helper()
+	names, _ := filepath.Glob("/run/netns/tupper-[hw]*-*-*")
+	for _, path := range names {
+		f := strings.Split(filepath.Base(path), "-")
+		pid, err := strconv.Atoi(f[len(f)-2])
+		if err != nil || (f[1] != "host" && f[1] != "world") {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			continue // its test still runs
+		}
+		var ns unix.Stat_t
+		if unix.Stat(path, &ns) != nil {
+			continue
+		}
+		procs, _ := filepath.Glob("/proc/[0-9]*/ns/net")
+		for _, p := range procs {
+			var st unix.Stat_t
+			if unix.Stat(p, &st) == nil && st.Ino == ns.Ino && st.Dev == ns.Dev {
+				if victim, err := strconv.Atoi(strings.Split(p, "/")[2]); err == nil {
+					unix.Kill(victim, unix.SIGKILL)
+				}
+			}
+		}
+		if err := netns.DeleteNamed(filepath.Base(path)); err != nil {
+			t.Logf("stand-in host: remove the stale namespace %s: %v", path, err)
+		}
+	}
 }
