@@ -455,7 +455,7 @@ func (e *egressEnv) wantRefused(t *testing.T, dst netip.AddrPort) {
 }
 
 // guardListed is the forwarding guard as `nft list` shows it.
-const guardListed = "iifname @uplinks ct state new ct status ! dnat drop"
+const guardListed = "iifname @uplinks ct state != { established, related } ct status ! dnat drop"
 
 func TestEgressBase(t *testing.T) {
 	requireRoot(t)

@@ -73,7 +73,7 @@ func TestFirewallRulesText(t *testing.T) {
 			name:   "guard for both families",
 			prefix: "tp",
 			guard4: true, guard6: true,
-			want: []string{"add rule inet tupper forward iifname @uplinks ct state new ct status & dnat == 0 drop"},
+			want: []string{"add rule inet tupper forward iifname @uplinks ct state != { established, related } ct status & dnat == 0 drop"},
 			// The guard no longer drops whatever is not a sandbox's:
 			// other bridges and routes keep working.
 			unwant: []string{"iifname != @sbxif oifname != @sbxif"},
@@ -88,13 +88,13 @@ func TestFirewallRulesText(t *testing.T) {
 			name:   "guard for IPv4",
 			prefix: "tp",
 			guard4: true,
-			want:   []string{"add rule inet tupper forward meta nfproto ipv4 iifname @uplinks ct state new ct status & dnat == 0 drop"},
+			want:   []string{"add rule inet tupper forward meta nfproto ipv4 iifname @uplinks ct state != { established, related } ct status & dnat == 0 drop"},
 			unwant: []string{"nfproto ipv6 iifname"},
 		},
 		{
 			name:   "guard for IPv6, no prefix",
 			guard6: true,
-			want:   []string{"add rule inet tupper forward meta nfproto ipv6 iifname @uplinks ct state new ct status & dnat == 0 drop"},
+			want:   []string{"add rule inet tupper forward meta nfproto ipv6 iifname @uplinks ct state != { established, related } ct status & dnat == 0 drop"},
 			unwant: []string{"add element", "nfproto ipv4 iifname"},
 		},
 	} {

@@ -37,8 +37,8 @@ const (
 	// to this host's resolver and egress proxy.
 	redirectedFlows = "sbxredir"
 	// uplinkSet names the interfaces that the forwarding guard watches:
-	// those that carried the host's default routes when Tupper turned
-	// forwarding on (see guardedUplinks).
+	// those that carried the host's default routes when Tupper installed
+	// its rules, since it turned forwarding on (see guardedUplinks).
 	uplinkSet = "uplinks"
 )
 
@@ -98,11 +98,12 @@ var (
 // guard4 and guard6 add the forwarding guard for IPv4 and for IPv6: each
 // is set when Tupper turned that family's forwarding on (see
 // ensureEgressBase and ensureIPv6Forwarding). The guard drops what turning
-// forwarding on would otherwise let through and nobody asked for: a new
-// connection that comes in through an uplink (uplinkSet: an interface
-// that held a default route when Tupper turned forwarding on, bridges
-// left out), was not DNAT-ed by the host's own rules (published ports),
-// and is not a sandbox's. Everything else that other software forwards
+// forwarding on would otherwise let through and nobody asked for: a
+// packet that comes in through an uplink (uplinkSet: an interface that
+// held a default route when Tupper installed these rules, bridges left
+// out), is not part of a connection made from the inside (established or
+// related: new, invalid and untracked ones are dropped), was not DNAT-ed
+// by the host's own rules (published ports), and is not a sandbox's. Everything else that other software forwards
 // passes: bridged frames that br_netfilter hands to this hook (Docker's,
 // a CNI bridge's, libvirt's), what containers, VMs and VPNs route out, and
 // the replies to it. Sandboxes stay isolated by the rules above it, not by
@@ -167,7 +168,7 @@ func firewallRules(prefix string, guard4, guard6 bool, uplinks []string) string 
 		guard = " meta nfproto ipv6 "
 	}
 	if guard != "" {
-		w("add rule %s forward%siifname @%s ct state new ct status & dnat == 0 drop", t, guard, uplinkSet)
+		w("add rule %s forward%siifname @%s ct state != { established, related } ct status & dnat == 0 drop", t, guard, uplinkSet)
 	}
 
 	w("add rule %s prerouting iifname %s iifname vmap @%s", t, sbx, preroutingMap)
