@@ -497,8 +497,8 @@ func TestHostLeftAsFound(t *testing.T) {
 	sb = createSandbox(ctx, t, client, true)
 	d.crash(t)
 	out, _ := h.Try(d.tupper, "doctor")
-	if !strings.Contains(out, "no Tupper process runs, but these are left: nftables table inet tupper; 1 sandbox interfaces") ||
-		!strings.Contains(out, "fix: tupper cleanup (or tupper doctor --fix)") {
+	if !strings.Contains(out, "no Tupper process holds the host's network, and these are left: nftables table inet tupper; 1 sandbox interfaces") ||
+		!strings.Contains(out, "fix: sandboxes outlived their daemon: tupper serve takes them back; once none is left, tupper cleanup") {
 		t.Errorf("doctor after a SIGKILL does not name what is left:\n%s", out)
 	}
 	out = h.Run(t, d.tupper, "cleanup")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/lightbearco/tupper/backend"
@@ -46,9 +47,13 @@ func networkFindings(ctx context.Context) []backend.Finding {
 	case inUse:
 		out = append(out, backend.Finding{What: "leftovers", OK: true, Optional: true, Detail: "none: a Tupper process uses the host's network now"})
 	case len(left) > 0:
-		out = append(out, backend.Finding{What: "leftovers", Optional: true,
-			Detail: "no Tupper process runs, but these are left: " + strings.Join(left, "; "),
-			Fix:    "tupper cleanup (or tupper doctor --fix)"})
+		f := backend.Finding{What: "leftovers", Optional: true,
+			Detail: "no Tupper process holds the host's network, and these are left: " + strings.Join(left, "; "),
+			Fix:    "tupper cleanup (or tupper doctor --fix)"}
+		if slices.ContainsFunc(left, func(s string) bool { return strings.HasSuffix(s, "sandbox interfaces") }) {
+			f.Fix = "sandboxes outlived their daemon: tupper serve takes them back; once none is left, tupper cleanup (or tupper doctor --fix) removes the rest"
+		}
+		out = append(out, f)
 	default:
 		out = append(out, backend.Finding{What: "leftovers", OK: true, Optional: true, Detail: "none"})
 	}
