@@ -112,6 +112,11 @@ func TestNeighbours(t *testing.T) {
 			}
 			expectRefused(ctx, t, closed, world)
 			expectResolverAnswers(ctx, t, open)
+			// A service of the host's, on every address: the accepts
+			// Tupper added to the host's firewall (ufw's and firewalld's
+			// reach the input hook) open nothing of the host's.
+			serveOnHost(t, h, "8081")
+			expectRefused(ctx, t, open, "http://"+h.UplinkAddr().String()+":8081/")
 			if dk != nil {
 				dk.checkNeighbourhood(ctx, t, open)
 			}
@@ -139,6 +144,27 @@ func serveOn(t *testing.T, h *testutil.StandInHost, args ...string) *serveDaemon
 		t.Fatal(err)
 	}
 	return startServeDaemonOn(t, h, root, append([]string{"--dns-upstream", testutil.StandInWorld.String()}, args...)...)
+}
+
+// serveOnHost serves HTTP on port of every address of h until t ends.
+func serveOnHost(t *testing.T, h *testutil.StandInHost, port string) {
+	t.Helper()
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		testutil.Skip(t, "busybox is not installed (busybox-static)")
+	}
+	cmd := h.Command(context.Background(), busybox, "httpd", "-f", "-p", "0.0.0.0:"+port, "-h", h.Dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitUntil(t, 10*time.Second, "the host's service listens", func() bool {
+		c, err := h.Dial(context.Background(), "tcp", h.UplinkAddr().String()+":"+port)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 }
 
 // standInClient returns an SDK client of d, which runs on h.
