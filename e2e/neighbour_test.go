@@ -507,6 +507,13 @@ func TestHostLeftAsFound(t *testing.T) {
 	if out, _ := h.Try("ufw", "show", "added"); !strings.Contains(out, "ufw route allow in on tp+ comment 'tupper'") {
 		t.Errorf("ufw lacks Tupper's route rule:\n%s", out)
 	}
+	// A cleanup asked for while the daemon runs changes nothing.
+	if out := h.Run(t, d.tupper, "cleanup"); !strings.Contains(out, "nothing removed: another Tupper process uses the network") {
+		t.Errorf("tupper cleanup beside a running daemon: %s", out)
+	}
+	if out := sandboxCurl(ctx, t, sb, world); !strings.Contains(out, "world") {
+		t.Errorf("sandbox to the fake internet after a cleanup was asked for: %s", out)
+	}
 	if err := sb.Kill(ctx); err != nil {
 		t.Fatal(err)
 	}
