@@ -18,8 +18,9 @@ type EgressConfig struct {
 	// IfPrefix starts the names of the pool's host-side interfaces;
 	// empty means DefaultIfPrefix.
 	IfPrefix string
-	// Subnets are the pools' address ranges, which no sandbox reaches;
-	// empty means DefaultSubnet.
+	// Subnets are the pools' address ranges, IPv4 and IPv6, which no
+	// sandbox reaches and which a host firewall that admits sandboxes by
+	// their source (firewalld) admits; empty means DefaultSubnet.
 	Subnets []netip.Prefix
 	// DNSUpstreams are the resolvers ("host:port") the sandboxes'
 	// lookups are forwarded to; empty means the host's own, from

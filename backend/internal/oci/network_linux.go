@@ -33,6 +33,12 @@ func OpenNetwork(nc network.Config, egress *network.EgressConfig, ipv6 string, i
 		if len(ecfg.Subnets) == 0 && nc.Subnet.IsValid() {
 			ecfg.Subnets = []netip.Prefix{nc.Subnet}
 		}
+		if len(ecfg.Subnets) > 0 && nc.IPv6Subnet.IsValid() {
+			// No sandbox reaches another's IPv6 address either, and a
+			// host firewall that admits sandboxes by source (firewalld's
+			// zone) must admit these too.
+			ecfg.Subnets = append(ecfg.Subnets, nc.IPv6Subnet)
+		}
 		if ecfg.Logger == nil {
 			ecfg.Logger = nc.Logger
 		}
