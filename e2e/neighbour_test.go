@@ -110,6 +110,10 @@ func TestNeighbours(t *testing.T) {
 			if out := sandboxCurl(ctx, t, open, world); !strings.Contains(out, "world") || !strings.Contains(out, "rc=0") {
 				t.Errorf("sandbox to the fake internet: %s", out)
 			}
+			// The host has an IPv6 route out, so sandboxes get IPv6 egress.
+			if out := sandboxCurl(ctx, t, open, "http://["+testutil.StandInWorld6.String()+"]/"); !strings.Contains(out, "world") {
+				t.Errorf("sandbox to the fake internet over IPv6: %s", out)
+			}
 			expectRefused(ctx, t, closed, world)
 			expectResolverAnswers(ctx, t, open)
 			// A service of the host's, on every address: the accepts
@@ -501,8 +505,10 @@ func TestHostLeftAsFound(t *testing.T) {
 	if out := sandboxCurl(ctx, t, sb, world); !strings.Contains(out, "world") {
 		t.Fatalf("sandbox to the fake internet: %s", out)
 	}
-	if h.Sysctl(t, "net/ipv4/ip_forward") != "1" {
-		t.Error("ip_forward is not on while a sandbox has egress")
+	for _, key := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"} {
+		if h.Sysctl(t, key) != "1" {
+			t.Errorf("%s is not on while a sandbox has egress (IPv6 too: the host has an IPv6 route)", key)
+		}
 	}
 	if out, _ := h.Try("ufw", "show", "added"); !strings.Contains(out, "ufw route allow in on tp+ comment 'tupper'") {
 		t.Errorf("ufw lacks Tupper's route rule:\n%s", out)
@@ -572,8 +578,15 @@ func checkLeftAsFound(t *testing.T, h *testutil.StandInHost) {
 	if out := h.Run(t, "ip", "route", "show", "type", "unreachable"); strings.TrimSpace(out) != "" {
 		t.Errorf("routes are left:\n%s", out)
 	}
-	if got := h.Sysctl(t, "net/ipv4/ip_forward"); got != "0" {
-		t.Errorf("ip_forward is %s, as Tupper turned it; it was 0", got)
+	for _, key := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"} {
+		if got := h.Sysctl(t, key); got != "0" {
+			t.Errorf("%s is %s, as Tupper turned it; it was 0", key, got)
+		}
+	}
+	// Tupper raised it to 2 so that the uplink kept its router
+	// advertisements while forwarding.
+	if got := h.Sysctl(t, "net/ipv6/conf/"+testutil.StandInUplink+"/accept_ra"); got != "1" {
+		t.Errorf("accept_ra of the uplink is %s; it was 1", got)
 	}
 	if out, _ := h.Try("ufw", "show", "added"); strings.Contains(out, "tp+") {
 		t.Errorf("ufw's route rule is left:\n%s", out)

@@ -27,12 +27,15 @@ import (
 // machine's own namespace uses.
 var (
 	// StandInWorld is the fake internet's web server, on :80, in the
-	// world namespace.
-	StandInWorld = netip.MustParseAddr("198.51.100.20")
+	// world namespace; StandInWorld6 is the same server over IPv6.
+	StandInWorld  = netip.MustParseAddr("198.51.100.20")
+	StandInWorld6 = netip.MustParseAddr("2001:db8::20")
 	// standInUplink is the host's side of its uplink, and standInGateway
 	// the world's.
-	standInUplink  = netip.MustParsePrefix("198.51.100.201/30")
-	standInGateway = netip.MustParsePrefix("198.51.100.202/30")
+	standInUplink   = netip.MustParsePrefix("198.51.100.201/30")
+	standInGateway  = netip.MustParsePrefix("198.51.100.202/30")
+	standInUplink6  = netip.MustParsePrefix("2001:db8:ffff:ffff::1/64")
+	standInGateway6 = netip.MustParsePrefix("2001:db8:ffff:ffff::2/64")
 )
 
 // StandInUplink is the name of the stand-in host's uplink.
@@ -43,8 +46,8 @@ var standInCount atomic.Int64
 // StandInHost is a network namespace that plays a whole host for a test,
 // so that the test may change what must never change in the machine's
 // own namespace (the FORWARD policy, ufw, firewalld, Docker's rules): its
-// own uplink to a fake internet (another namespace whose web server at
-// StandInWorld answers "world"), its own firewall and sysctls (IPv4
+// own uplink, IPv4 and IPv6, to a fake internet (another namespace whose
+// web server at StandInWorld and StandInWorld6 answers "world"), its own firewall and sysctls (IPv4
 // forwarding starts off, as on a host that is no router), and a mount
 // namespace of its own with a fresh /run, a /sys of its network namespace
 // (cgroups kept) and whatever Bind adds. Every command run through
@@ -150,17 +153,18 @@ func (h *StandInHost) link(hostNS, worldNS netns.NsHandle) error {
 		name  string
 		addrs []netip.Prefix
 	}{
-		{hh, StandInUplink, []netip.Prefix{standInUplink}},
-		{wh, "eth0", []netip.Prefix{standInGateway}},
+		{hh, StandInUplink, []netip.Prefix{standInUplink, standInUplink6}},
+		{wh, "eth0", []netip.Prefix{standInGateway, standInGateway6}},
 		{hh, "lo", nil},
-		{wh, "lo", []netip.Prefix{netip.PrefixFrom(StandInWorld, 32)}},
+		{wh, "lo", []netip.Prefix{netip.PrefixFrom(StandInWorld, 32), netip.PrefixFrom(StandInWorld6, 128)}},
 	} {
 		l, err := side.h.LinkByName(side.name)
 		if err != nil {
 			return err
 		}
 		for _, a := range side.addrs {
-			if err := side.h.AddrAdd(l, &netlink.Addr{IPNet: prefixNet(a)}); err != nil {
+			// No duplicate address detection: the link is the test's.
+			if err := side.h.AddrAdd(l, &netlink.Addr{IPNet: prefixNet(a), Flags: unix.IFA_F_NODAD}); err != nil {
 				return fmt.Errorf("address %s: %w", a, err)
 			}
 		}
@@ -172,25 +176,31 @@ func (h *StandInHost) link(hostNS, worldNS netns.NsHandle) error {
 	if err != nil {
 		return err
 	}
-	return hh.RouteAdd(&netlink.Route{LinkIndex: up.Attrs().Index, Gw: standInGateway.Addr().AsSlice()})
+	if err := hh.RouteAdd(&netlink.Route{LinkIndex: up.Attrs().Index, Gw: standInGateway.Addr().AsSlice()}); err != nil {
+		return err
+	}
+	return hh.RouteAdd(&netlink.Route{LinkIndex: up.Attrs().Index, Gw: standInGateway6.Addr().AsSlice(),
+		Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}})
 }
 
 // serveWorld answers HTTP on StandInWorld:80 with "world", and the
 // client's address on the next line.
 func (h *StandInHost) serveWorld(t testing.TB, worldNS netns.NsHandle) {
 	t.Helper()
-	var ln net.Listener
-	if err := inNetNS(worldNS, func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(StandInWorld, 80).String())
-		return err
-	}); err != nil {
-		t.Fatalf("stand-in host: world server: %v", err)
-	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "world\n%s\n", r.RemoteAddr)
 	}), ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
+	for _, a := range []netip.Addr{StandInWorld, StandInWorld6} {
+		var ln net.Listener
+		if err := inNetNS(worldNS, func() (err error) {
+			ln, err = net.Listen("tcp", netip.AddrPortFrom(a, 80).String())
+			return err
+		}); err != nil {
+			t.Fatalf("stand-in host: world server: %v", err)
+		}
+		go srv.Serve(ln)
+	}
 }
 
 // startHolder starts the process that holds the host's mount namespace

@@ -30,10 +30,13 @@ func OpenNetwork(nc network.Config, egress *network.EgressConfig, ipv6 string, i
 		if ecfg.IfPrefix == "" {
 			ecfg.IfPrefix = nc.IfPrefix
 		}
-		if len(ecfg.Subnets) == 0 && nc.Subnet.IsValid() {
-			ecfg.Subnets = []netip.Prefix{nc.Subnet}
+		if len(ecfg.Subnets) == 0 {
+			ecfg.Subnets = []netip.Prefix{network.DefaultSubnet}
+			if nc.Subnet.IsValid() {
+				ecfg.Subnets[0] = nc.Subnet
+			}
 		}
-		if len(ecfg.Subnets) > 0 && nc.IPv6Subnet.IsValid() {
+		if nc.IPv6Subnet.IsValid() {
 			// No sandbox reaches another's IPv6 address either, and a
 			// host firewall that admits sandboxes by source (firewalld's
 			// zone) must admit these too.
