@@ -26,8 +26,8 @@ import (
 // refused at once, and that Tupper breaks nothing of its neighbours':
 // Debian's real dockerd in both orders (Docker before Tupper, and Tupper,
 // with a sandbox, before Docker) with iptables-nft and with
-// iptables-legacy, real ufw enabled, firewalld, and a FORWARD policy of DROP set by
-// hand (with INPUT dropped too). In each, the sandboxes' lookups reach
+// iptables-legacy, real ufw enabled, firewalld, Docker beside each of
+// them, and a FORWARD policy of DROP set by hand (with INPUT dropped too). In each, the sandboxes' lookups reach
 // their resolver, the daemon, at once.
 func TestNeighbours(t *testing.T) {
 	if testing.Short() {
@@ -50,6 +50,9 @@ func TestNeighbours(t *testing.T) {
 		{name: "docker-legacy-after", docker: true, legacy: true, added: []string{"iptables-legacy -S", "-A DOCKER-USER -i tp+ -m comment --comment tupper -j ACCEPT"}},
 		{name: "ufw", ufw: true, added: []string{"iptables-nft -S", "-A ufw-user-forward -i tp+ -j ACCEPT"}},
 		{name: "firewalld", firewalld: true, added: []string{"firewall-cmd --zone=tupper --list-all", "sources: 10.213.0.0/16"}},
+		// Docker beside ufw and beside firewalld, as many hosts run them.
+		{name: "ufw-docker", ufw: true, docker: true, first: true, added: []string{"iptables-nft -S", "-A DOCKER-USER -i tp+ -m comment --comment tupper -j ACCEPT"}},
+		{name: "firewalld-docker", firewalld: true, docker: true, added: []string{"firewall-cmd --zone=tupper --list-all", "sources: 10.213.0.0/16 fd74:7570:7065::/64"}},
 		{name: "forward-drop-legacy", dropPolicy: true, legacy: true, added: []string{"iptables-legacy -S", "-A FORWARD -i tp+ -m comment --comment tupper -j ACCEPT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
