@@ -169,6 +169,7 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	startNetwork(ctx, g, log, hostNet)
 	backendOpts, err := g.backendOptions()
 	if err != nil {
 		return err
