@@ -83,7 +83,7 @@ func startServeDaemonIn(t testing.TB, root string, args ...string) *serveDaemon 
 // startServeDaemonOn is startServeDaemonIn on host, a stand-in host whose
 // loopback the daemon listens on and the test reaches it through; nil
 // means the machine's own namespace.
-func startServeDaemonOn(t *testing.T, host *testutil.StandInHost, root string, args ...string) *serveDaemon {
+func startServeDaemonOn(t testing.TB, host *testutil.StandInHost, root string, args ...string) *serveDaemon {
 	t.Helper()
 	testutil.RequiresRunsc(t)
 	tupper, _ := e2eBinaries(t)
