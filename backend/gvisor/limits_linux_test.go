@@ -129,11 +129,7 @@ func TestHostBudgetCountsUse(t *testing.T) {
 		c.HostPids = per + 3*startTasks + 200
 	})
 	ctx := context.Background()
-	spec := func(name string) *backend.Spec {
-		s := testSpec(newID(name))
-		s.Resources.Pids = pids
-		return s
-	}
+	spec := func(name string) *backend.Spec { return pidsSpec(name, pids) }
 	first := startSandbox(t, b, spec("b1"))
 	startSandbox(t, b, spec("b2"))
 
@@ -175,11 +171,7 @@ func TestHostBudgetOvercommit(t *testing.T) {
 		c.HostPids = 4 * per
 		c.Overcommit = 1.5 // the limits of six sandboxes fit, not of seven
 	})
-	spec := func(name string) *backend.Spec {
-		s := testSpec(newID(name))
-		s.Resources.Pids = pids
-		return s
-	}
+	spec := func(name string) *backend.Spec { return pidsSpec(name, pids) }
 	for i := range 6 {
 		startSandbox(t, b, spec(fmt.Sprintf("o%d", i)))
 	}
@@ -238,9 +230,7 @@ func TestHostBudgetHoldsTheReserve(t *testing.T) {
 	})
 	var sbs []*backend.Sandbox
 	for i := range 4 {
-		s := testSpec(newID(fmt.Sprintf("r%d", i)))
-		s.Resources.Pids = 64
-		sbs = append(sbs, startSandbox(t, b, s))
+		sbs = append(sbs, startSandbox(t, b, pidsSpec(fmt.Sprintf("r%d", i), 64)))
 	}
 	// 480 MiB of shared memory each (/dev/shm holds half of the 1 GiB
 	// limit): within each sandbox's own limit, together past 1.75 GiB.
@@ -285,4 +275,11 @@ func TestHostBudgetHoldsTheReserve(t *testing.T) {
 	if got := mustRun(t, after.AgentAddr, "echo alive"); got != "alive\n" {
 		t.Errorf("a sandbox started afterwards: %q", got)
 	}
+}
+
+// pidsSpec is testSpec for a new id named name, holding pids tasks.
+func pidsSpec(name string, pids int64) *backend.Spec {
+	s := testSpec(newID(name))
+	s.Resources.Pids = pids
+	return s
 }
