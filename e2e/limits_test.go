@@ -29,7 +29,9 @@ func TestE2BLimits(t *testing.T) {
 // ten rounds of five memory attacks (3 GiB in one call, 256 MiB steps, a
 // fork bomb that allocates, four workers, root in 64 MiB steps), each
 // ending with the attacker's death (137, or MemoryError) while the
-// sandbox's files and a background server in it live on.
+// sandbox answers and its files are intact; a background server in it
+// lives through the single-process attacks (the many-process ones may
+// take it too: memory.mjs says when, and restarts it).
 func TestE2BMemoryAttacks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills gVisor sandboxes' memory fifty times")

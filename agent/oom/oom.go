@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -272,9 +273,10 @@ func (w *Watcher) killGroup(ctx context.Context, m meminfo, v proc, procs []proc
 	w.last.pgrp, w.last.at = v.pgrp, time.Now()
 	w.log.Warn("out of memory again in one process group: killed the group", "pgrp", v.pgrp, "processes", len(group),
 		"comm", v.comm, "rss_mib", rss>>20, "used_mib", (m.Total-m.Available)>>20, "limit_mib", m.Total>>20)
-	// Every member, not only v: until they are all gone their memory is
-	// not back, and a look would take a bystander for the same spike.
-	w.waitGone(ctx, group...)
+	// Every member, not only v, and those forked after the scan too:
+	// until they are all gone their memory is not back, and a look would
+	// take a bystander for the same spike.
+	w.waitGroupGone(ctx, v.pgrp)
 	w.groupKilled = true
 	return rss, true
 }
@@ -292,6 +294,22 @@ func (w *Watcher) othersRun() bool {
 		}
 	}
 	return false
+}
+
+// waitGroupGone waits until no process of group pgrp is left in the
+// process table, or victimTimeout passes.
+func (w *Watcher) waitGroupGone(ctx context.Context, pgrp int) {
+	deadline := time.Now().Add(victimTimeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		procs, err := scan(w.cfg.Proc, w.self)
+		if err != nil {
+			return
+		}
+		if !slices.ContainsFunc(procs, func(p proc) bool { return p.pgrp == pgrp }) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // settleTimeout bounds the wait after a kill for the sandbox's figures to
@@ -325,13 +343,11 @@ func (w *Watcher) settle(ctx context.Context, mi *meminfoFile, before meminfo, r
 	}
 }
 
-// waitGone waits until every process of vs has left the process table
-// (their memory is freed by then) or victimTimeout passes.
-func (w *Watcher) waitGone(ctx context.Context, vs ...proc) {
+// waitGone waits until v has left the process table (its memory is
+// freed by then) or victimTimeout passes.
+func (w *Watcher) waitGone(ctx context.Context, v proc) {
 	deadline := time.Now().Add(victimTimeout)
-	for _, v := range vs {
-		for time.Now().Before(deadline) && ctx.Err() == nil && v.alive(w.cfg.Proc) {
-			time.Sleep(2 * time.Millisecond)
-		}
+	for time.Now().Before(deadline) && ctx.Err() == nil && v.alive(w.cfg.Proc) {
+		time.Sleep(2 * time.Millisecond)
 	}
 }
