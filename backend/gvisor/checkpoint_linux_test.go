@@ -25,7 +25,15 @@ func counter(t *testing.T, addr string) {
 // readCount reads the counter of the sandbox at addr.
 func readCount(t *testing.T, addr string) int {
 	t.Helper()
-	out := strings.TrimSpace(mustRun(t, addr, "cat /tmp/count"))
+	// The counter's `echo > /tmp/count` truncates the file before it
+	// writes: a read in between finds it empty, and reads again.
+	out := ""
+	for range 20 {
+		if out = strings.TrimSpace(mustRun(t, addr, "cat /tmp/count")); out != "" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	n, err := strconv.Atoi(out)
 	if err != nil {
 		t.Fatalf("count %q: %v", out, err)
