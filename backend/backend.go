@@ -195,12 +195,6 @@ type NetworkConfig struct {
 	// are private, link-local or the host's own (see
 	// netpolicy.AlwaysDenied); each sandbox's policy still applies.
 	Exempt []netip.Prefix
-	// LeaveHostFirewalls keeps the backend's hands off the host's own
-	// firewalls (Docker's chains, ufw, firewalld, a FORWARD policy of
-	// DROP): by default it adds the narrowest accept for sandboxes'
-	// traffic to whichever of them would drop it; with this set, the
-	// operator does (`tupper doctor` names the commands).
-	LeaveHostFirewalls bool
 	// UpstreamCAs are extra PEM certificates, beside the host's roots,
 	// that the egress proxy trusts when it connects to servers on a
 	// sandbox's behalf (a corporate TLS proxy, a test server).

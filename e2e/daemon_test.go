@@ -49,8 +49,6 @@ type serveDaemon struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	http   *http.Client
-	// host, when set, is the stand-in host the daemon runs on.
-	host *testutil.StandInHost
 }
 
 // serveKeyLine is how the first start prints the API key.
@@ -77,24 +75,13 @@ func startServeDaemon(t testing.TB, args ...string) *serveDaemon {
 // directory, which the cleanup empties.
 func startServeDaemonIn(t testing.TB, root string, args ...string) *serveDaemon {
 	t.Helper()
-	return startServeDaemonOn(t, nil, root, args...)
-}
-
-// startServeDaemonOn is startServeDaemonIn on host, a stand-in host whose
-// loopback the daemon listens on and the test reaches it through; nil
-// means the machine's own namespace.
-func startServeDaemonOn(t testing.TB, host *testutil.StandInHost, root string, args ...string) *serveDaemon {
-	t.Helper()
 	testutil.RequiresRunsc(t)
 	tupper, _ := e2eBinaries(t)
 	storeRoot := baseTemplate(t)
 	d := &serveDaemon{
 		Root: root, tupper: tupper, addr: freeLoopbackAddr(t), imageRoot: storeRoot,
 		logPath: filepath.Join(root, "serve.log"), args: args,
-		http: &http.Client{Timeout: 2 * time.Minute}, host: host,
-	}
-	if host != nil {
-		d.http.Transport = &http.Transport{DialContext: host.Dial}
+		http: &http.Client{Timeout: 2 * time.Minute},
 	}
 	d.URL = "http://" + d.addr
 	t.Cleanup(func() { d.cleanup(t) })
@@ -176,12 +163,8 @@ func (d *serveDaemon) launch() error {
 	fmt.Fprintf(logf, "\n===== tupper serve starting at %s =====\n", time.Now().Format(time.RFC3339Nano))
 	logStart, _ := logf.Seek(0, io.SeekEnd)
 
-	args := append([]string{"--root", d.Root, "--verbose", "serve",
-		"--addr", d.addr, "--image-root", d.imageRoot}, d.args...)
-	cmd := exec.Command(d.tupper, args...)
-	if d.host != nil {
-		cmd = d.host.Command(context.Background(), d.tupper, args...)
-	}
+	cmd := exec.Command(d.tupper, append([]string{"--root", d.Root, "--verbose", "serve",
+		"--addr", d.addr, "--image-root", d.imageRoot}, d.args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(append(os.Environ(), "TUPPER_ROOT="), d.env...)
 	// Its own process group: a ^C to the test must not reach it before

@@ -90,10 +90,6 @@ type Config struct {
 	// beyond it. *Egress is the Policy that gives sandboxes the internet
 	// under their own rules.
 	Policy Policy
-	// LeaveHostFirewalls keeps the host cleanup of Close (HostCleanup)
-	// away from the host's own firewalls, as EgressConfig's field of the
-	// same name keeps the Egress away from them.
-	LeaveHostFirewalls bool
 	// Logger receives the pool's logs; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -18,9 +18,8 @@ type EgressConfig struct {
 	// IfPrefix starts the names of the pool's host-side interfaces;
 	// empty means DefaultIfPrefix.
 	IfPrefix string
-	// Subnets are the pools' address ranges, IPv4 and IPv6, which no
-	// sandbox reaches and which a host firewall that admits sandboxes by
-	// their source (firewalld) admits; empty means DefaultSubnet.
+	// Subnets are the pools' address ranges, which no sandbox reaches;
+	// empty means DefaultSubnet.
 	Subnets []netip.Prefix
 	// DNSUpstreams are the resolvers ("host:port") the sandboxes'
 	// lookups are forwarded to; empty means the host's own, from
@@ -38,12 +37,6 @@ type EgressConfig struct {
 	// sends each request; nil means none resolves, and a request whose
 	// rules use one fails with 502 rather than go out without it.
 	Secrets SecretResolver
-	// LeaveHostFirewalls keeps Tupper's hands off the host's own
-	// firewalls (Docker's chains, ufw, firewalld, a FORWARD policy of
-	// DROP): where one of them drops sandboxes' traffic, the operator
-	// adds the accept that InspectHostFirewalls names. By default the
-	// Egress adds it itself (see hostfw_linux.go).
-	LeaveHostFirewalls bool
 	// LogGroup is the NFLOG group that reports refused flows; zero
 	// means one derived from Dir.
 	LogGroup uint16

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -40,15 +38,6 @@ type Egress struct {
 	baseMu   sync.Mutex
 	baseDone bool
 	v6Done   bool // IPv6 forwarding is on
-
-	// fwMu orders the changes of sandboxes' rules with the records of
-	// them (byID, each sandboxNet's policy), so that refuseNewNetworks
-	// never installs the rules of a policy or a sandbox that is gone.
-	fwMu sync.Mutex
-
-	// stopWatch ends the watch over the host's firewalls (watchHost).
-	stopWatch chan struct{}
-	watchDone chan struct{}
 
 	mu   sync.RWMutex
 	byID map[string]*sandboxNet
@@ -110,86 +99,7 @@ func NewEgress(cfg EgressConfig) (_ *Egress, retErr error) {
 	} else {
 		e.stopDenials = stop
 	}
-	e.stopWatch, e.watchDone = make(chan struct{}), make(chan struct{})
-	go e.watchHost()
 	return e, nil
-}
-
-// hostWatchEvery is how often an Egress with sandboxes looks at the
-// host's firewalls again: a firewall that starts after Tupper (Docker's
-// daemon, ufw enable) or reloads (firewalld) drops sandboxes' traffic
-// until the accept is back.
-const hostWatchEvery = 5 * time.Second
-
-// watchHost keeps the host's firewalls admitting sandboxes, and
-// sandboxes out of networks attached to the host since they started
-// (refuseNewNetworks), every hostWatchEvery while any sandbox has egress,
-// until Close.
-func (e *Egress) watchHost() {
-	defer close(e.watchDone)
-	t := time.NewTicker(hostWatchEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.stopWatch:
-			return
-		case <-t.C:
-		}
-		e.mu.RLock()
-		n := len(e.byID)
-		e.mu.RUnlock()
-		if n == 0 {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		e.admit(ctx)
-		e.refuseNewNetworks(ctx)
-		cancel()
-	}
-}
-
-// refuseNewNetworks installs every sandbox's rules again when the host's
-// networks changed since they were installed: a bridge made later (a VM
-// network, a container network outside the always-denied ranges) is then
-// refused to sandboxes that started before it, within hostWatchEvery.
-func (e *Egress) refuseNewNetworks(ctx context.Context) {
-	now := e.refreshForbidden()
-	e.mu.RLock()
-	all := slices.Collect(maps.Values(e.byID))
-	e.mu.RUnlock()
-	for _, sb := range all {
-		e.fwMu.Lock()
-		e.mu.RLock()
-		current := e.byID[sb.id] == sb
-		e.mu.RUnlock()
-		sb.mu.Lock()
-		stale := !slices.Equal(sb.refused, now)
-		sb.mu.Unlock()
-		if current && stale {
-			if err := e.install(ctx, sb, sb.Policy()); err != nil {
-				e.log.Warn("egress: refuse the host's new networks", "sandbox", sb.id, "err", err)
-			}
-		}
-		e.fwMu.Unlock()
-	}
-}
-
-// admit makes sure the host's firewalls let sandboxes' traffic through
-// (admitSandboxes), unless the operator keeps Tupper out of them. A
-// failure is logged: sandboxes then have no egress through that
-// firewall, and `tupper doctor` says what to run.
-func (e *Egress) admit(ctx context.Context) {
-	if e.cfg.LeaveHostFirewalls {
-		return
-	}
-	fws, err := admitSandboxes(ctx, []string{e.cfg.IfPrefix}, e.cfg.Subnets)
-	if err != nil {
-		e.log.Warn("egress: a firewall of the host's drops sandboxes' traffic, and Tupper could not add its accept", "err", err)
-		return
-	}
-	for _, fw := range fws {
-		e.log.Debug("egress: host firewall admits sandboxes", "firewall", fw.Name, "place", fw.Place)
-	}
 }
 
 // CACertPEM returns the certificate of the CA with which the egress proxy
@@ -200,11 +110,6 @@ func (e *Egress) CACertPEM() []byte { return e.ca.CertPEM() }
 // firewall rules stay until each sandbox is torn down.
 func (e *Egress) Close() error {
 	var errs []error
-	if e.stopWatch != nil {
-		close(e.stopWatch)
-		<-e.watchDone
-		e.stopWatch = nil
-	}
 	if e.stopDenials != nil {
 		e.stopDenials()
 	}
@@ -224,7 +129,6 @@ func (e *Egress) Apply(ctx context.Context, ep *Endpoint) error {
 	if err := e.ensureBase(ctx); err != nil {
 		return err
 	}
-	e.admit(ctx)
 	if err := enableEgressSysctls(ep.HostIf); err != nil {
 		return fmt.Errorf("egress: %w", err)
 	}
@@ -238,8 +142,6 @@ func (e *Egress) Apply(ctx context.Context, ep *Endpoint) error {
 	}
 	pol := netpolicy.Compile(ep.Egress)
 	sb := newSandboxNet(ep, pol, e.log)
-	e.fwMu.Lock()
-	defer e.fwMu.Unlock()
 	if err := e.install(ctx, sb, pol); err != nil {
 		return err
 	}
@@ -267,8 +169,6 @@ func (e *Egress) Update(ctx context.Context, ep *Endpoint) error {
 		return e.Apply(ctx, ep)
 	}
 	pol := netpolicy.Compile(ep.Egress)
-	e.fwMu.Lock()
-	defer e.fwMu.Unlock()
 	if err := e.install(ctx, sb, pol); err != nil {
 		return err
 	}
@@ -280,7 +180,6 @@ func (e *Egress) Update(ctx context.Context, ep *Endpoint) error {
 
 // Remove implements Policy. It is idempotent.
 func (e *Egress) Remove(ctx context.Context, ep *Endpoint) error {
-	e.fwMu.Lock()
 	err := removeSandboxFirewall(ctx, ep.HostIf)
 	e.mu.Lock()
 	sb := e.byID[ep.ID]
@@ -290,7 +189,6 @@ func (e *Egress) Remove(ctx context.Context, ep *Endpoint) error {
 		delete(e.byIf, sb.hostIf)
 	}
 	e.mu.Unlock()
-	e.fwMu.Unlock()
 	if sb != nil {
 		sb.closeAll()
 	}
@@ -324,7 +222,6 @@ func (e *Egress) install(ctx context.Context, sb *sandboxNet, pol *netpolicy.Com
 	}
 	sb.mu.Lock()
 	sb.ruleNames = names
-	sb.refused = forbidden
 	sb.mu.Unlock()
 	return nil
 }
@@ -451,10 +348,21 @@ func (e *Egress) kernelDenial(hostIf string, idx int, proto string, dst netip.Ad
 // through an interface that is not a sandbox's: whether sandboxes can be
 // given IPv6 egress.
 func HostHasIPv6Route() bool {
-	for _, link := range defaultRouteLinks(netlink.FAMILY_V6) {
-		if name := link.Attrs().Name; !strings.HasPrefix(name, DefaultIfPrefix) && name != "lo" {
-			return true
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Dst: nil}, 0)
+	if err != nil {
+		return false
+	}
+	for _, r := range routes {
+		if r.Dst != nil {
+			if ones, _ := r.Dst.Mask.Size(); ones != 0 {
+				continue // not a default route
+			}
 		}
+		link, err := netlink.LinkByIndex(r.LinkIndex)
+		if err != nil || strings.HasPrefix(link.Attrs().Name, DefaultIfPrefix) || link.Attrs().Name == "lo" {
+			continue
+		}
+		return true
 	}
 	return false
 }

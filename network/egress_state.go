@@ -51,14 +51,10 @@ type sandboxNet struct {
 	policy *netpolicy.Compiled
 	// ruleNames name the firewall's rules by the index its log reports.
 	ruleNames []string
-	// refused is what the firewall's rules refuse of the host's networks
-	// (EgressConfig.Subnets, the host's addresses and attached networks,
-	// the always-denied ranges), as they were when they were installed.
-	refused []netip.Prefix
-	denials []netpolicy.Denial // ring, oldest first once full
-	next    int
-	conns   map[*proxiedConn]struct{}
-	active  int // proxied connections, tracked or not yet
+	denials   []netpolicy.Denial // ring, oldest first once full
+	next      int
+	conns     map[*proxiedConn]struct{}
+	active    int // proxied connections, tracked or not yet
 	// bindings maps each name the sandbox looked up (an allowOut domain)
 	// to the addresses it was answered, with when they expire.
 	bindings map[string]map[netip.Addr]time.Time

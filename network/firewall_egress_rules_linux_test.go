@@ -47,7 +47,6 @@ func TestFirewallRulesText(t *testing.T) {
 		name           string
 		prefix         string
 		guard4, guard6 bool
-		uplinks        []string
 		want           []string
 		unwant         []string
 	}{
@@ -73,33 +72,24 @@ func TestFirewallRulesText(t *testing.T) {
 			name:   "guard for both families",
 			prefix: "tp",
 			guard4: true, guard6: true,
-			want: []string{"add rule inet tupper forward iifname @uplinks ct state != { established, related } ct status & dnat == 0 drop"},
-			// The guard no longer drops whatever is not a sandbox's:
-			// other bridges and routes keep working.
-			unwant: []string{"iifname != @sbxif oifname != @sbxif"},
-		},
-		{
-			name:   "uplinks named",
-			prefix: "tp",
-			guard4: true, uplinks: []string{"eth0", "wlan0"},
-			want: []string{`add element inet tupper uplinks { "eth0" }`, `add element inet tupper uplinks { "wlan0" }`},
+			want: []string{"add rule inet tupper forward iifname != @sbxif oifname != @sbxif drop"},
 		},
 		{
 			name:   "guard for IPv4",
 			prefix: "tp",
 			guard4: true,
-			want:   []string{"add rule inet tupper forward meta nfproto ipv4 iifname @uplinks ct state != { established, related } ct status & dnat == 0 drop"},
+			want:   []string{"add rule inet tupper forward meta nfproto ipv4 iifname != @sbxif oifname != @sbxif drop"},
 			unwant: []string{"nfproto ipv6 iifname"},
 		},
 		{
 			name:   "guard for IPv6, no prefix",
 			guard6: true,
-			want:   []string{"add rule inet tupper forward meta nfproto ipv6 iifname @uplinks ct state != { established, related } ct status & dnat == 0 drop"},
+			want:   []string{"add rule inet tupper forward meta nfproto ipv6 iifname != @sbxif oifname != @sbxif drop"},
 			unwant: []string{"add element", "nfproto ipv4 iifname"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := firewallRules(tc.prefix, tc.guard4, tc.guard6, tc.uplinks)
+			got := firewallRules(tc.prefix, tc.guard4, tc.guard6)
 			for _, w := range tc.want {
 				if !hasRule(got, w) {
 					t.Errorf("rules lack %q:\n%s", w, got)

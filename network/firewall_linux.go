@@ -10,11 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/lightbearco/tupper/errdefs"
 )
@@ -36,10 +33,6 @@ const (
 	// redirectedFlows counts, per sandbox interface, the flows redirected
 	// to this host's resolver and egress proxy.
 	redirectedFlows = "sbxredir"
-	// uplinkSet names the interfaces that the forwarding guard watches:
-	// those that carried the host's default routes when Tupper installed
-	// its rules, since it turned forwarding on (see guardedUplinks).
-	uplinkSet = "uplinks"
 )
 
 // maxRedirectedFlows is how many flows (DNS queries, proxied connections)
@@ -58,10 +51,10 @@ const procSys = "/proc/sys"
 
 var (
 	// ipForwardRecord exists when Tupper turned net.ipv4.ip_forward on.
-	// While it does, the forward chain refuses new connections that come
-	// in through the host's uplinks and are not for a sandbox, so the
-	// host does not become a router for its networks because of us (see
-	// firewallRules). /run is cleared at boot, as the sysctl is.
+	// While it does, the forward chain refuses to route between two
+	// interfaces that are not sandboxes', so the host does not become a
+	// router for anybody else because of us. /run is cleared at boot, as
+	// the sysctl is.
 	ipForwardRecord = filepath.Join(runDir, "ip_forward.tupper")
 	// ipv6ForwardRecord is the same for net.ipv6.conf.all.forwarding; it
 	// also lists the interfaces whose accept_ra Tupper raised from 1 to 2.
@@ -95,25 +88,16 @@ var (
 // neighbour discovery, no rule names a family: each holds for IPv4 and
 // IPv6 alike, the MSS clamp and masquerade among them.
 //
-// guard4 and guard6 add the forwarding guard for IPv4 and for IPv6: each
-// is set when Tupper turned that family's forwarding on (see
-// ensureEgressBase and ensureIPv6Forwarding). The guard drops what turning
-// forwarding on would otherwise let through and nobody asked for: a
-// packet that comes in through an uplink (uplinkSet: an interface that
-// held a default route when Tupper installed these rules, bridges left
-// out), is not part of a connection made from the inside (established or
-// related: new, invalid and untracked ones are dropped), was not DNAT-ed
-// by the host's own rules (published ports), and is not a sandbox's. Everything else that other software forwards
-// passes: bridged frames that br_netfilter hands to this hook (Docker's,
-// a CNI bridge's, libvirt's), what containers, VMs and VPNs route out, and
-// the replies to it. Sandboxes stay isolated by the rules above it, not by
-// the guard, so they stay isolated when something else (Docker, a VPN)
-// turned forwarding on. uplinks are added to uplinkSet.
+// guard4 and guard6 add a rule that drops forwarding between two
+// interfaces that are not sandboxes', for IPv4 and for IPv6: each is set
+// when Tupper turned that family's forwarding on (see ensureEgressBase and
+// ensureIPv6Forwarding). The rules keep sandboxes isolated even when
+// something else (Docker, a VPN) turns forwarding on.
 //
 // The file is idempotent: chains are flushed and refilled, maps and
 // per-sandbox chains are left alone, and the prefix set only grows. An
 // empty prefix adds none to it.
-func firewallRules(prefix string, guard4, guard6 bool, uplinks []string) string {
+func firewallRules(prefix string, guard4, guard6 bool) string {
 	var b strings.Builder
 	w := func(format string, args ...any) {
 		fmt.Fprintf(&b, format, args...)
@@ -128,10 +112,6 @@ func firewallRules(prefix string, guard4, guard6 bool, uplinks []string) string 
 	w("add map %s %s { type ifname : verdict; }", t, forwardMap)
 	w("add map %s %s { type ifname : verdict; }", t, preroutingMap)
 	w("add set %s %s { type ifname; flags dynamic; }", t, redirectedFlows)
-	w("add set %s %s { type ifname; }", t, uplinkSet)
-	for _, u := range uplinks {
-		w(`add element %s %s { "%s" }`, t, uplinkSet, u)
-	}
 	w("add chain %s refuse", t)
 	w("add chain %s input { type filter hook input priority filter; policy accept; }", t)
 	w("add chain %s forward { type filter hook forward priority filter; policy accept; }", t)
@@ -168,7 +148,7 @@ func firewallRules(prefix string, guard4, guard6 bool, uplinks []string) string 
 		guard = " meta nfproto ipv6 "
 	}
 	if guard != "" {
-		w("add rule %s forward%siifname @%s ct state != { established, related } ct status & dnat == 0 drop", t, guard, uplinkSet)
+		w("add rule %s forward%siifname != %s oifname != %s drop", t, guard, sbx, sbx)
 	}
 
 	w("add rule %s prerouting iifname %s iifname vmap @%s", t, sbx, preroutingMap)
@@ -284,11 +264,7 @@ func installBase(ctx context.Context, prefix string, sw *forwardSwitch) error {
 	if err != nil {
 		return err
 	}
-	var uplinks []string
-	if guard4 || guard6 {
-		uplinks = guardedUplinks()
-	}
-	if err := runNFT(ctx, firewallRules(prefix, guard4, guard6, uplinks)); err != nil {
+	if err := runNFT(ctx, firewallRules(prefix, guard4, guard6)); err != nil {
 		return err
 	}
 	if on {
@@ -311,57 +287,6 @@ func installBase(ctx context.Context, prefix string, sw *forwardSwitch) error {
 		return fmt.Errorf("firewall: turn on %s: %w", sw.name, err)
 	}
 	return nil
-}
-
-// guardedUplinks returns the interfaces that hold a default route, IPv4
-// or IPv6, less bridges and sandboxes' interfaces: the host's uplinks,
-// whose incoming connections the forwarding guard keeps from being routed.
-// A bridge is left out because the frames it bridges between its own
-// ports (a VM's, a container's) reach the same hook under its name, and
-// those must pass.
-func guardedUplinks() []string {
-	var out []string
-	for _, link := range defaultRouteLinks(netlink.FAMILY_V4, netlink.FAMILY_V6) {
-		name := link.Attrs().Name
-		if link.Type() == "bridge" || name == "lo" || isSandboxIf(name) || !hostIfPattern.MatchString(name) {
-			continue
-		}
-		out = append(out, name)
-	}
-	return out
-}
-
-// defaultRouteLinks returns the interfaces that hold a default route of
-// the families, each once.
-func defaultRouteLinks(families ...int) []netlink.Link {
-	var out []netlink.Link
-	for _, fam := range families {
-		routes, err := netlink.RouteListFiltered(fam, &netlink.Route{Dst: nil}, 0)
-		if err != nil {
-			continue
-		}
-		for _, r := range routes {
-			if r.Dst != nil {
-				if ones, _ := r.Dst.Mask.Size(); ones != 0 {
-					continue
-				}
-			}
-			if slices.ContainsFunc(out, func(l netlink.Link) bool { return l.Attrs().Index == r.LinkIndex }) {
-				continue
-			}
-			if link, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
-				out = append(out, link)
-			}
-		}
-	}
-	return out
-}
-
-// isSandboxIf reports whether name is the host side of a sandbox's veth,
-// of any pool on the host: its alias says so.
-func isSandboxIf(name string) bool {
-	link, err := netlink.LinkByName(name)
-	return err == nil && strings.HasPrefix(link.Attrs().Alias, "tupper:")
 }
 
 // exists reports whether path exists.

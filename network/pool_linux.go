@@ -37,11 +37,6 @@ type Pool struct {
 	fwMu   sync.Mutex
 	fwDone bool // the firewall rules are in place
 
-	// releaseUser lets go of the pool's shared hold of usersLock; nil
-	// once closed, or when it could not be taken.
-	closeMu     sync.Mutex
-	releaseUser func()
-
 	// claiming holds a token while a Setup of this pool claims an
 	// address (see claim).
 	claiming chan struct{}
@@ -67,43 +62,8 @@ func New(cfg Config) (*Pool, error) {
 			return nil, fmt.Errorf("network pool: %w", err)
 		}
 	}
-	// Held until Close, so that no other process's HostCleanup takes the
-	// host's network from under this pool. Without root there is nothing
-	// to take: such a pool makes no endpoint either.
-	if os.Geteuid() == 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		release, err := flockPath(ctx, usersLock, unix.LOCK_SH, true)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("network pool: %w", err)
-		}
-		p.releaseUser = release
-	}
 	p.reapply()
 	return p, nil
-}
-
-// Close lets go of the pool's hold on the host's network and, when it was
-// the last process of Tupper's to hold it and no sandbox interface
-// remains, leaves the host's network as it was found (see HostCleanup).
-// Sandboxes that still run keep their network: the cleanup waits for a
-// later Close. The pool must not be used after Close.
-func (p *Pool) Close(ctx context.Context) (*CleanupReport, error) {
-	p.closeMu.Lock()
-	release := p.releaseUser
-	p.releaseUser = nil
-	p.closeMu.Unlock()
-	if release == nil {
-		return &CleanupReport{Skipped: "the pool was closed before"}, nil
-	}
-	release()
-	rep, err := HostCleanup(ctx, p.cfg.LeaveHostFirewalls)
-	if err != nil {
-		p.log.Warn("network: leave the host as found", "err", err)
-	} else if len(rep.Removed)+len(rep.Kept) > 0 {
-		p.log.Info("network: the host is left as found", "removed", rep.Removed, "kept", rep.Kept)
-	}
-	return rep, err
 }
 
 // reapply applies the Policy again to every endpoint whose lease and
@@ -640,11 +600,6 @@ func ipNet(p netip.Prefix) *net.IPNet {
 // connection) then fails at once with EHOSTUNREACH instead of leaving the
 // host through its default route towards a private address nobody here owns.
 func (p *Pool) ensureUnreachable() error {
-	// Recorded first, so that HostCleanup finds the route whatever
-	// happens next.
-	if err := recordRoute(p.cfg.Subnet); err != nil {
-		return fmt.Errorf("unreachable route for %s: record: %w", p.cfg.Subnet, err)
-	}
 	r := &netlink.Route{Dst: prefixIPNet(p.cfg.Subnet), Type: unix.RTN_UNREACHABLE}
 	if err := netlink.RouteAdd(r); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("unreachable route for %s: %w", p.cfg.Subnet, err)

@@ -4,7 +4,6 @@
 # and, later, runs sandboxes).
 #
 #   scripts/setup.sh          install dependencies and build bin/tupper, bin/tupper-agent
-#   scripts/setup.sh --test   also what only the tests need (scripts/test.sh passes it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,42 +39,6 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   done_since $start
-fi
-
-# The tests run Tupper beside the firewalls of a shared host (e2e
-# TestNeighbours and others): Debian's Docker, ufw and firewalld, each in
-# a network namespace of the test's own. None of them may start, or be
-# enabled for the next boot, in the machine's own namespace: a dockerd or
-# firewalld there changes the host's firewall and can cut it off. So they
-# are installed with services kept from starting, and the units of those
-# installed here are disabled.
-if [ "${1:-}" = --test ]; then
-  test_need=()
-  for pkg in docker.io ufw firewalld dbus; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || test_need+=("$pkg")
-  done
-  if [ ${#test_need[@]} -gt 0 ]; then
-    say "installing the tests' Debian packages, kept from starting: ${test_need[*]}"
-    start=$SECONDS
-    made_policy=
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-      printf '#!/bin/sh\n# scripts/setup.sh: no service starts while it installs\nexit 101\n' > /usr/sbin/policy-rc.d
-      chmod 755 /usr/sbin/policy-rc.d
-      made_policy=1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${test_need[@]}" >/dev/null
-    [ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
-    if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
-      for pkg in "${test_need[@]}"; do
-        case "$pkg" in
-          docker.io) systemctl disable --now docker.service docker.socket containerd.service >/dev/null 2>&1 || true ;;
-          firewalld) systemctl disable --now firewalld.service >/dev/null 2>&1 || true ;;
-        esac
-      done
-    fi
-    done_since $start
-  fi
 fi
 
 # gVisor's runsc, built from the Go module proxy at a pinned version. A cgo

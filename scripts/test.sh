@@ -4,7 +4,7 @@
 #   scripts/test.sh [go test flags...]   e.g. scripts/test.sh -run Conformance ./backend/...
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --test
+scripts/setup.sh
 export TUPPER_AGENT="$PWD/bin/tupper-agent"
 # In CI nothing that matters may be skipped: tests that would skip for a
 # missing runtime fail instead.

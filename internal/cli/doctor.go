@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -14,18 +13,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lightbearco/tupper/backend"
-	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/local"
-	"github.com/lightbearco/tupper/network"
 )
 
 type doctorOptions struct {
 	json bool
-	fix  bool
 	// checks runs the backends' self-checks; tests replace it.
 	checks func(context.Context) []backend.Report
-	// network looks at the host's network; tests replace it.
-	network func(context.Context) []backend.Finding
 }
 
 // doctorReport is what `tupper doctor --json` prints.
@@ -35,43 +29,25 @@ type doctorReport struct {
 	Default  string            `json:"default_backend"`
 	Backends []backend.Report  `json:"backends"`
 	Host     []backend.Finding `json:"host"`
-	// Network is what the host's firewalls and forwarding mean for
-	// sandboxes, and what Tupper left on the host.
-	Network []backend.Finding `json:"network"`
-	// Cleanup is what --fix removed.
-	Cleanup *network.CleanupReport `json:"cleanup,omitempty"`
 }
 
 func newDoctorCmd(g *globals) *cobra.Command {
-	o := &doctorOptions{checks: backend.CheckAll, network: networkFindings}
+	o := &doctorOptions{checks: backend.CheckAll}
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check which sandbox backends work on this host, and what to do where one does not",
 		Long: "doctor runs the self-check of every backend built into tupper and a few checks of the host\n" +
-			"(image builds, the state directory, its firewalls and forwarding). It exits 1 when the backend\n" +
-			"tupper would use (--backend, else the host's default) does not work here. With --fix it first\n" +
-			"removes what stopped daemons left on the host's network, as `tupper cleanup` does.",
+			"(image builds, the state directory). It exits 1 when the backend tupper would use\n" +
+			"(--backend, else the host's default) does not work here.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runDoctor(cmd.Context(), g, o) },
 	}
 	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON")
-	cmd.Flags().BoolVar(&o.fix, "fix", false, "first remove what stopped daemons left on the host's network (tupper cleanup)")
 	return cmd
 }
 
 func runDoctor(ctx context.Context, g *globals, o *doctorOptions) error {
-	var cleaned *network.CleanupReport
-	if o.fix {
-		rep, err := network.HostCleanup(ctx, false)
-		if err != nil && !errors.Is(err, errdefs.ErrNotSupported) {
-			return fmt.Errorf("doctor --fix: %w", err)
-		}
-		cleaned = rep
-	}
-	rep := doctorReport{OS: runtime.GOOS, Arch: runtime.GOARCH, Default: g.backend, Backends: o.checks(ctx), Host: hostFindings(g), Cleanup: cleaned}
-	if o.network != nil {
-		rep.Network = o.network(ctx)
-	}
+	rep := doctorReport{OS: runtime.GOOS, Arch: runtime.GOARCH, Default: g.backend, Backends: o.checks(ctx), Host: hostFindings(g)}
 	rep.Backends = append(rep.Backends, elsewhere(rep.Backends)...)
 	if rep.Default == "" {
 		rep.Default = local.DefaultBackend
@@ -116,14 +92,6 @@ func printDoctor(g *globals, rep doctorReport) {
 	}
 	fmt.Fprintf(w, "\nhost\n")
 	printFindings(g, rep.Host)
-	if len(rep.Network) > 0 {
-		fmt.Fprintf(w, "\nnetwork\n")
-		printFindings(g, rep.Network)
-	}
-	if rep.Cleanup != nil {
-		fmt.Fprintf(w, "\ncleanup (--fix)\n")
-		printCleanup(g, rep.Cleanup)
-	}
 }
 
 func printFindings(g *globals, fs []backend.Finding) {

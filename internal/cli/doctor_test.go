@@ -82,31 +82,3 @@ func TestDoctorSaysWhatToFix(t *testing.T) {
 		t.Fatalf("doctor --backend firecracker: %v, %s", err, stderr.String())
 	}
 }
-
-// TestDoctorNetworkSection checks that doctor prints what it found of the
-// host's firewalls in a section of its own, with the commands to run for
-// one that lacks Tupper's accept, and that a network finding, optional,
-// never fails doctor.
-func TestDoctorNetworkSection(t *testing.T) {
-	works := func(context.Context) []backend.Report {
-		return []backend.Report{{Backend: "gvisor", Checked: true, Works: true}}
-	}
-	net := func(context.Context) []backend.Finding {
-		return []backend.Finding{
-			{What: "firewall", Optional: true, Detail: "Docker (iptables-nft) drops sandboxes' traffic: no accept for them in DOCKER-USER",
-				Fix: "iptables-nft -w 5 -I DOCKER-USER 1 -i tp+ -m comment --comment tupper -j ACCEPT"},
-			{What: "leftovers", OK: true, Optional: true, Detail: "none"},
-		}
-	}
-	var stdout, stderr bytes.Buffer
-	g := &globals{root: t.TempDir(), stdout: &stdout, stderr: &stderr, backend: "gvisor"}
-	if err := runDoctor(context.Background(), g, &doctorOptions{checks: works, network: net}); err != nil {
-		t.Fatalf("doctor: %v", err)
-	}
-	out := stdout.String()
-	for _, want := range []string{"\nnetwork\n", "warn firewall         Docker (iptables-nft) drops", "fix: iptables-nft -w 5 -I DOCKER-USER 1 -i tp+", "ok   leftovers        none"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("doctor's output lacks %q:\n%s", want, out)
-		}
-	}
-}

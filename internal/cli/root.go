@@ -116,6 +116,6 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(newTemplateCmd(g))
 	root.AddCommand(newLogsCmd(g), newTopCmd(g))
 	root.AddCommand(newDashboardCmd(g))
-	root.AddCommand(newCreateCmd(g), newLsCmd(g), newInfoCmd(g), newExecCmd(g), newRunCodeCmd(g), newShellCmd(g), newCpCmd(g), newReadCmd(g), newWriteCmd(g), newKillCmd(g), newTimeoutCmd(g), newNetworkCmd(g), newKeysCmd(g), newDoctorCmd(g), newCleanupCmd(g), newBenchCmd(g), newVersionCmd(g))
+	root.AddCommand(newCreateCmd(g), newLsCmd(g), newInfoCmd(g), newExecCmd(g), newRunCodeCmd(g), newShellCmd(g), newCpCmd(g), newReadCmd(g), newWriteCmd(g), newKillCmd(g), newTimeoutCmd(g), newNetworkCmd(g), newKeysCmd(g), newDoctorCmd(g), newBenchCmd(g), newVersionCmd(g))
 	return root
 }

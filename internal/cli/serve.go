@@ -169,7 +169,6 @@ func runServe(ctx context.Context, g *globals, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
-	startNetwork(ctx, g, log, hostNet)
 	backendOpts, err := g.backendOptions()
 	if err != nil {
 		return err

@@ -1,20 +1,16 @@
 package cli
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 
 	"github.com/spf13/pflag"
 
 	"github.com/lightbearco/tupper/backend"
 	"github.com/lightbearco/tupper/errdefs"
 	"github.com/lightbearco/tupper/netpolicy"
-	"github.com/lightbearco/tupper/network"
 )
 
 // networkFlags are the daemon's networking flags: the default egress policy
@@ -27,7 +23,6 @@ type networkFlags struct {
 	allowInternal []string
 	upstreamCA    string
 	noIPv6        bool
-	hostFirewall  string
 }
 
 func (n *networkFlags) register(f *pflag.FlagSet) {
@@ -37,7 +32,6 @@ func (n *networkFlags) register(f *pflag.FlagSet) {
 	f.StringSliceVar(&n.dnsUpstreams, "dns-upstream", nil, "resolver (host or host:port) that sandbox lookups are forwarded to; repeatable (default: the host's, from /etc/resolv.conf)")
 	f.StringSliceVar(&n.allowInternal, "allow-internal", nil, "CIDR or IP that sandboxes may reach although it is private, link-local or the host's own (a package mirror, say); each sandbox's policy still applies; repeatable")
 	f.BoolVar(&n.noIPv6, "no-ipv6", false, "keep sandboxes on IPv4 even where the host has an IPv6 route out (by default they get IPv6 egress, through NAT, when it does)")
-	f.StringVar(&n.hostFirewall, "host-firewall", "auto", `what Tupper does where a firewall of the host's (Docker's chains, ufw, firewalld, a FORWARD policy of DROP) would drop sandboxes' traffic: "auto" adds the narrowest accept for Tupper's interfaces in that firewall's place for users, and removes it when the last daemon stops; "off" touches none of them, and `+"`tupper doctor`"+` prints the commands to run`)
 	f.StringVar(&n.upstreamCA, "upstream-ca", "", "PEM file of CA certificates, beside the system's, that the egress proxy trusts when it adds a network rule's headers to a sandbox's HTTPS requests")
 }
 
@@ -45,13 +39,6 @@ func (n *networkFlags) register(f *pflag.FlagSet) {
 // engine's default policy.
 func (n *networkFlags) config() (backend.NetworkConfig, *netpolicy.Policy, error) {
 	hc := backend.NetworkConfig{NoIPv6: n.noIPv6}
-	switch n.hostFirewall {
-	case "auto", "":
-	case "off":
-		hc.LeaveHostFirewalls = true
-	default:
-		return hc, nil, fmt.Errorf(`--host-firewall %q: want "auto" or "off": %w`, n.hostFirewall, errdefs.ErrInvalidArgument)
-	}
 	var def *netpolicy.Policy
 	switch n.egress {
 	case "allow":
@@ -101,33 +88,4 @@ func (n *networkFlags) config() (backend.NetworkConfig, *netpolicy.Policy, error
 		hc.UpstreamCAs = pem
 	}
 	return hc, def, nil
-}
-
-// startNetwork readies the host's network for a daemon that starts: it
-// removes what a daemon killed before it could clean up left behind
-// (network.HostCleanup does nothing while another Tupper process uses the
-// network or a sandbox remains), and, when the operator keeps Tupper out
-// of the host's firewalls, warns of each that would drop sandboxes'
-// traffic, with the commands that let it through.
-func startNetwork(ctx context.Context, g *globals, log *slog.Logger, hc backend.NetworkConfig) {
-	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
-		return
-	}
-	if rep, err := network.HostCleanup(ctx, hc.LeaveHostFirewalls); err != nil {
-		log.Warn("network: clean up after an earlier daemon", "err", err)
-	} else if len(rep.Removed)+len(rep.Kept) > 0 {
-		log.Info("network: cleaned up after an earlier daemon", "removed", rep.Removed, "kept", rep.Kept)
-	}
-	if hc.NoEgress || !hc.LeaveHostFirewalls {
-		return
-	}
-	for _, fw := range network.InspectHostFirewalls(ctx, []string{network.DefaultIfPrefix}, []netip.Prefix{network.DefaultSubnet}) {
-		if fw.InPlace || fw.Err != "" {
-			continue
-		}
-		fmt.Fprintf(g.stderr, "tupper serve: warning: %s drops sandboxes' traffic, and --host-firewall=off leaves it so; to let it through, run:\n", fw.Name)
-		for _, c := range fw.Commands {
-			fmt.Fprintf(g.stderr, "  %s\n", c)
-		}
-	}
 }

@@ -20,8 +20,7 @@ func Egress(c backend.Config) (egress *network.EgressConfig, ipv6 string, err er
 	if c.Network.NoEgress {
 		return nil, ipv6, nil
 	}
-	egress = &network.EgressConfig{DNSUpstreams: c.Network.DNSUpstreams, Exempt: c.Network.Exempt, Secrets: c.Network.Secrets, Logger: c.Logger,
-		LeaveHostFirewalls: c.Network.LeaveHostFirewalls}
+	egress = &network.EgressConfig{DNSUpstreams: c.Network.DNSUpstreams, Exempt: c.Network.Exempt, Secrets: c.Network.Secrets, Logger: c.Logger}
 	if len(c.Network.UpstreamCAs) > 0 {
 		roots, err := x509.SystemCertPool()
 		if err != nil {

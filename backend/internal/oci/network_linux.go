@@ -30,17 +30,8 @@ func OpenNetwork(nc network.Config, egress *network.EgressConfig, ipv6 string, i
 		if ecfg.IfPrefix == "" {
 			ecfg.IfPrefix = nc.IfPrefix
 		}
-		if len(ecfg.Subnets) == 0 {
-			ecfg.Subnets = []netip.Prefix{network.DefaultSubnet}
-			if nc.Subnet.IsValid() {
-				ecfg.Subnets[0] = nc.Subnet
-			}
-		}
-		if nc.IPv6Subnet.IsValid() {
-			// No sandbox reaches another's IPv6 address either, and a
-			// host firewall that admits sandboxes by source (firewalld's
-			// zone) must admit these too.
-			ecfg.Subnets = append(ecfg.Subnets, nc.IPv6Subnet)
+		if len(ecfg.Subnets) == 0 && nc.Subnet.IsValid() {
+			ecfg.Subnets = []netip.Prefix{nc.Subnet}
 		}
 		if ecfg.Logger == nil {
 			ecfg.Logger = nc.Logger
@@ -53,7 +44,6 @@ func OpenNetwork(nc network.Config, egress *network.EgressConfig, ipv6 string, i
 			return nil, nil, err
 		}
 		nc.Policy = eg
-		nc.LeaveHostFirewalls = ecfg.LeaveHostFirewalls
 	}
 	pool, err := network.New(nc)
 	if err != nil {

@@ -340,23 +340,14 @@ func (r *Runtime) WithNetwork(spec *backend.Spec, ep *network.Endpoint) *backend
 }
 
 // Close stops the backend's egress services (the sandboxes' resolver and
-// egress proxy) and lets go of its address pool. Sandboxes keep running;
-// their lookups and proxied connections fail at once until a new backend
-// on the same root serves them again. When none runs and no other Tupper
-// process uses the host's network, the pool's Close leaves the host's
-// network as it found it (network.HostCleanup).
+// egress proxy). Sandboxes keep running; their lookups and proxied
+// connections fail at once until a new backend on the same root serves
+// them again.
 func (r *Runtime) Close() error {
-	var errs []error
-	if r.Egress != nil {
-		errs = append(errs, r.Egress.Close())
+	if r.Egress == nil {
+		return nil
 	}
-	if r.Pool != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		_, err := r.Pool.Close(ctx)
-		cancel()
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return r.Egress.Close()
 }
 
 // UpdateNetwork implements backend.NetworkUpdater.
